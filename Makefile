@@ -1,0 +1,45 @@
+# gradpipe: `make demo` and `make test` are all a fresh clone needs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.gradpipe-installed
+PEER_VENV ?= .venv-peer
+
+.PHONY: demo test bench lint format clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e ".[all,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix src tests benchmarks examples
+	$(PY) -m ruff format src tests benchmarks examples
+
+# The benchmark peers (tesseract-core's runtime) pin versions that fight ours, so
+# they get a virtual environment of their own; gradpipe never depends on them.
+$(PEER_VENV)/.installed:
+	$(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEER_VENV)/bin/python -m pip install --quiet "tesseract-core[runtime]" "jax>=0.10.2,<0.13" equinox
+	touch $@
+
+bench: $(STAMP) $(PEER_VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[bench]"
+	PEER_PYTHON=$(abspath $(PEER_VENV))/bin/python $(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) $(PEER_VENV) build dist src/*.egg-info
