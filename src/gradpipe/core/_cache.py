@@ -1,0 +1,115 @@
+"""`Cache`: memoise an operator on the content of its whole input."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from ._config import ConfigError, state_to_json
+from ._keys import UnkeyableError, content_key
+from ._operator import Operator
+from ._tracing import refuse_tracer
+
+__all__ = ["Cache"]
+
+
+def _freeze(value: Any) -> None:
+    """Make NumPy arrays in a cached output read-only, so that a caller writing into
+    a result gets an error instead of silently changing what later hits return."""
+    if type(value).__module__ == "numpy" and hasattr(value, "flags"):
+        value.flags.writeable = False
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _freeze(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _freeze(item)
+
+
+class Cache(Operator):
+    """Runs ``inner`` once per distinct input and returns the stored result after.
+
+    The key is the content of the whole input (every positional and keyword
+    argument, arrays anywhere in nested tuples, lists and dicts by dtype, shape and
+    bytes; scalars with their type; dict keys and structure; see `content_key`)
+    together with the inner operator's configuration. The cache is bounded (least
+    recently used entries are dropped first), thread-safe, and counts hits and
+    misses. NumPy arrays in a cached output are made read-only.
+
+    Under ``jax.jit``/``vmap``/``grad`` it raises `TypeError`: a tracer has no value
+    to key. JAX's compilation cache already reuses the compiled function; apply
+    `Cache` outside the jitted function.
+
+    **Arguments:**
+
+    - `inner`: the operator to memoise.
+    - `maxsize`: the most entries kept (>= 1).
+    """
+
+    def __init__(self, inner: Operator, maxsize: int = 128) -> None:
+        if not isinstance(inner, Operator):
+            raise TypeError(f"Cache.inner must be an Operator, got {type(inner).__name__}.")
+        if type(maxsize) is not int or maxsize < 1:
+            raise ValueError(f"Cache.maxsize must be an int >= 1, got {maxsize!r}.")
+        self.inner = inner
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _inner_key(self) -> tuple:
+        try:
+            return ("config", state_to_json(self.inner.state, sort_keys=True))
+        except ConfigError:
+            # An unsaveable inner operator (a Lambda) is keyed by identity; the
+            # cache holds a reference to it, so the identity cannot be reused.
+            return ("object", id(self.inner))
+
+    def _apply(self, *args: Any, **kwargs: Any) -> Any:
+        refuse_tracer(
+            "Cache",
+            "cannot key a traced value: inside jax.jit, JAX's compilation cache already "
+            "does this",
+            "Apply Cache outside the jitted function.",
+            *args,
+            **kwargs,
+        )
+        try:
+            key = (self._inner_key(), content_key(args), content_key(kwargs))
+        except UnkeyableError as error:
+            raise TypeError(f"Cache cannot key this input: {error}") from None
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return self._entries[key]
+            self.misses += 1
+        value = self.inner(*args, **kwargs)
+        _freeze(value)
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Drop every entry and reset the counters."""
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def info(self) -> dict[str, int]:
+        """``{"hits", "misses", "size", "maxsize"}``."""
+        with self._lock:
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "size": len(self._entries),
+                "maxsize": self.maxsize,
+            }

@@ -1,0 +1,73 @@
+"""Content keys: a hashable value that two inputs share only when they are equal.
+
+A key must tell apart everything a computation can tell apart. The failures each
+rule prevents:
+
+- Arrays are keyed by dtype, shape and a sha256 of their bytes. Keying by ``repr``
+  truncates large arrays (two arrays differing in the middle collide), and keying
+  by bytes alone confuses ``int64[4]`` with ``int64[2, 2]`` or ``float32`` with
+  ``int32`` holding the same bits.
+- Scalars carry their type: ``1 == 1.0 == True`` in Python, and ``hash(-1) ==
+  hash(-2)`` in CPython, so neither equality nor a bare hash is enough. Floats are
+  keyed by their exact bits (``float.hex``), so ``-0.0`` differs from ``0.0`` and a
+  NaN equals itself.
+- Containers keep their kind (tuple and list differ), order and dict keys.
+- A value with no defined content (an arbitrary object, a JAX tracer) has no key:
+  keying it by identity or ``repr`` is how a cache returns another input's result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ._tracing import is_tracer
+
+__all__ = ["UnkeyableError", "content_key"]
+
+
+class UnkeyableError(TypeError):
+    """A value whose content cannot be keyed."""
+
+
+_SCALARS = (int, bool, str, bytes, type(None))
+
+
+def _array_key(value: Any) -> tuple:
+    import numpy as np
+
+    array = np.asarray(value)
+    if array.dtype.hasobject:
+        raise UnkeyableError(
+            "An object-dtype array has no content key; convert it to a numeric dtype."
+        )
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(array.view(np.uint8).reshape(-1)).digest() if array.size else b""
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    return ("array", kind, array.dtype.str, array.shape, digest)
+
+
+def content_key(value: Any) -> tuple:
+    """A hashable key equal for two values exactly when their contents are equal.
+
+    Raises `UnkeyableError` for a value with no defined content, and for a tracer.
+    """
+    kind = type(value)
+    if kind in _SCALARS:
+        return (kind.__name__, value)
+    if kind is float:
+        return ("float", value.hex())
+    if kind is complex:
+        return ("complex", value.real.hex(), value.imag.hex())
+    if kind is tuple or kind is list:
+        return (kind.__name__, tuple(content_key(item) for item in value))
+    if kind is dict:
+        return ("dict", tuple((content_key(k), content_key(v)) for k, v in value.items()))
+    if is_tracer(value):
+        raise UnkeyableError("A JAX tracer has no content: its value is not known yet.")
+    if hasattr(value, "__array__") and hasattr(value, "dtype") and hasattr(value, "shape"):
+        return _array_key(value)
+    raise UnkeyableError(
+        f"A {kind.__module__}.{kind.__qualname__} has no content key: only arrays, "
+        f"numbers, str, bytes, None and tuples, lists and dicts of them do."
+    )
