@@ -70,8 +70,7 @@ class Cache(Operator):
     def _apply(self, *args: Any, **kwargs: Any) -> Any:
         refuse_tracer(
             "Cache",
-            "cannot key a traced value: inside jax.jit, JAX's compilation cache already "
-            "does this",
+            "cannot key a traced value: inside jax.jit, JAX's compilation cache already does this",
             "Apply Cache outside the jitted function.",
             *args,
             **kwargs,

@@ -96,9 +96,7 @@ def encode_config(value: Any, *, owner: str, field: str) -> Any:
             )
         return value
     if kind is list:
-        return [
-            encode_config(v, owner=owner, field=f"{field}[{i}]") for i, v in enumerate(value)
-        ]
+        return [encode_config(v, owner=owner, field=f"{field}[{i}]") for i, v in enumerate(value)]
     if kind is tuple:
         return {
             _TUPLE: [

@@ -148,7 +148,10 @@ class Graph(Operator):
     x, scale = Input("x"), Input("scale")
     a = Lambda(jnp.log)(x)
     parts = Fanout({"lo": Lambda(jnp.min), "hi": Lambda(jnp.max)})(a)
-    g = Graph(inputs=[x, scale], outputs=(parts["hi"] - 0, Mul()(a, factor=scale)))
+    spread = Lambda(lambda hi, lo, factor: factor * (hi - lo))(
+        parts["hi"], parts["lo"], factor=scale
+    )
+    g = Graph(inputs=[x, scale], outputs={"log": a, "spread": spread})
     g(values, 2.0)           # or g(x=values, scale=2.0)
     ```
 

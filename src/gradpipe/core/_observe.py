@@ -203,8 +203,13 @@ class Profile:
         for name, s in self.stats.items():
             mean = s["total"] / s["calls"]
             rows.append(
-                (name, str(int(s["calls"])), f"{1e3 * s['total']:.3f}", f"{1e3 * mean:.3f}",
-                 f"{1e3 * s['max']:.3f}")
+                (
+                    name,
+                    str(int(s["calls"])),
+                    f"{1e3 * s['total']:.3f}",
+                    f"{1e3 * mean:.3f}",
+                    f"{1e3 * s['max']:.3f}",
+                )
             )
         widths = [max(len(r[c]) for r in rows) for c in range(5)]
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

@@ -67,6 +67,8 @@ class Operator:
 
         if not isinstance(other, Operator):
             return NotImplemented
+        if type(other) is Sequential:
+            return Sequential([self, *other.operators])
         return Sequential([self, other])
 
     @property
@@ -121,9 +123,7 @@ class Operator:
         """Rebuild an operator from `state`; only registered classes are rebuilt."""
         op = from_state(state)
         if not isinstance(op, cls):
-            raise ConfigError(
-                f"The state describes a {type(op).__name__}, not a {cls.__name__}."
-            )
+            raise ConfigError(f"The state describes a {type(op).__name__}, not a {cls.__name__}.")
         return op
 
     def to_json(self, **dumps_kwargs: Any) -> str:

@@ -163,7 +163,9 @@ class Registry:
             if len(matches) == 1:
                 return matches[0]
             if len(matches) > 1:
-                raise RegistryError(f"Reference {ref!r} matches {len(matches)} entries; use more digits.")
+                raise RegistryError(
+                    f"Reference {ref!r} matches {len(matches)} entries; use more digits."
+                )
         raise RegistryError(f"No registry entry or tag named {ref!r} in {self.root}.")
 
     def _read_verified(self, ref: str) -> tuple[bytes, bytes]:
@@ -215,6 +217,10 @@ class Registry:
                 continue
             state = json.loads((folder / "config.json").read_bytes())
             entries.append(
-                {"ref": folder.name, "class": f"{state['module']}:{state['class']}", "tags": entry_tags}
+                {
+                    "ref": folder.name,
+                    "class": f"{state['module']}:{state['class']}",
+                    "tags": entry_tags,
+                }
             )
         return entries

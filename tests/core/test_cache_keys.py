@@ -1,0 +1,136 @@
+"""Cache and content keys: a hit only for an input equal in content."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import gradpipe as gp
+from gradpipe import Cache, Lambda, Operator, content_key
+
+
+class Counting(Operator):
+    def __init__(self, offset: float = 0.0):
+        self.offset = offset
+        self.calls = 0
+
+    def _apply(self, *args, **kwargs):
+        self.calls += 1
+        return (repr(args), repr(kwargs), self.offset)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (1, 1.0),
+        (1, True),
+        (1.0, True),
+        (-1, -2),
+        (0.0, -0.0),
+        ((1, 2), [1, 2]),
+        ({"a": 1, "b": 2}, {"a": 2, "b": 1}),
+        ({"a": 1}, {"b": 1}),
+        (np.arange(4, dtype=np.int64), np.arange(4, dtype=np.int64).reshape(2, 2)),
+        (np.zeros(4, np.float32), np.zeros(4, np.int32)),
+        (np.arange(6.0), np.arange(6.0)[::-1]),
+        (np.float32(1.0), np.float64(1.0)),
+        (np.float32(1.0), 1.0),
+        ("1", 1),
+        (b"x", "x"),
+        (None, 0),
+    ],
+)
+def test_distinct_contents_have_distinct_keys(a, b):
+    assert content_key(a) != content_key(b)
+
+
+def test_equal_contents_share_a_key():
+    assert content_key(float("nan")) == content_key(float("nan"))
+    big = np.random.default_rng(0).normal(size=100_000)
+    assert content_key({"x": (big, [1, "a"])}) == content_key({"x": (big.copy(), [1, "a"])})
+
+
+def test_large_arrays_differing_in_the_middle_differ():
+    a = np.zeros(1_000_000)
+    b = a.copy()
+    b[500_000] = 1.0
+    assert content_key(a) != content_key(b)
+
+
+def test_unkeyable_values_are_refused():
+    with pytest.raises(gp.UnkeyableError, match="object has no content key"):
+        content_key(object())
+    cache = Cache(Counting())
+    with pytest.raises(TypeError, match="Cache cannot key"):
+        cache({1, 2})
+
+
+def test_cache_hits_and_misses_on_whole_input():
+    inner = Counting()
+    cache = Cache(inner)
+    x = np.arange(3.0)
+    cache(x, scale=2)
+    cache(x.copy(), scale=2)
+    cache(x, scale=3)
+    cache((x, {"k": 1}))
+    cache((x, {"k": 1.0}))
+    assert inner.calls == 4
+    assert cache.info() == {"hits": 1, "misses": 4, "size": 4, "maxsize": 128}
+
+
+def test_cache_is_bounded_lru():
+    inner = Counting()
+    cache = Cache(inner, maxsize=2)
+    cache(1)
+    cache(2)
+    cache(1)  # 1 is now most recent
+    cache(3)  # evicts 2
+    cache(1)
+    assert inner.calls == 3
+    cache(2)
+    assert inner.calls == 4
+    assert len(cache) == 2
+
+
+def test_cache_keys_on_inner_config():
+    inner = Counting(offset=1.0)
+    cache = Cache(inner)
+    first = cache(5)
+    inner.offset = 2.0
+    second = cache(5)
+    assert first[2] == 1.0 and second[2] == 2.0
+
+
+def test_cached_arrays_are_read_only():
+    cache = Cache(Lambda(lambda x: x * 2))
+    out = cache(np.arange(3.0))
+    with pytest.raises(ValueError, match="read-only"):
+        out[0] = 100.0
+    np.testing.assert_array_equal(cache(np.arange(3.0)), [0.0, 2.0, 4.0])
+
+
+def test_cache_is_thread_safe():
+    cache = Cache(Lambda(lambda x: x * 2), maxsize=8)
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(200):
+            i = int(rng.integers(0, 16))
+            if cache(np.array([i], dtype=np.int64))[0] != 2 * i:
+                errors.append(i)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert cache.hits + cache.misses == 1600
+
+
+def test_bad_cache_arguments():
+    with pytest.raises(ValueError, match="maxsize"):
+        Cache(Counting(), maxsize=0)
+    with pytest.raises(TypeError, match="must be an Operator"):
+        Cache(lambda x: x)
