@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import sys
 from typing import Any
 
 import yaml
@@ -26,6 +27,7 @@ __all__ = [
     "encode_config",
     "from_state",
     "known_operator",
+    "public_module",
     "register_operator",
     "state_from_json",
     "state_from_yaml",
@@ -59,19 +61,33 @@ def register_operator(cls: type) -> type:
     return cls
 
 
+def public_module(cls: type) -> str:
+    """The shortest package path that exports ``cls`` (``gradpipe.core``, not
+    ``gradpipe.core._sequential``), so saved states survive moves between private
+    modules."""
+    parts = cls.__module__.split(".")
+    for end in range(1, len(parts)):
+        candidate = ".".join(parts[:end])
+        module = sys.modules.get(candidate)
+        if module is not None and getattr(module, cls.__qualname__, None) is cls:
+            return candidate
+    return cls.__module__
+
+
 def known_operator(module: str, name: str) -> type:
     """The registered class ``module:name``; imports only gradpipe's own modules."""
     key = f"{module}:{name}"
-    if key not in _REGISTRY and module.startswith(_IMPORTABLE_PREFIXES):
-        importlib.import_module(module)
-    try:
+    if key in _REGISTRY:
         return _REGISTRY[key]
-    except KeyError:
-        raise ConfigError(
-            f"Cannot rebuild operator {key}: the class is not registered. Import the "
-            f"module that defines it before loading, or decorate it with "
-            f"gradpipe.register_operator. States never import arbitrary modules."
-        ) from None
+    if module.startswith(_IMPORTABLE_PREFIXES) or module == "gradpipe":
+        found = getattr(importlib.import_module(module), name, None)
+        if isinstance(found, type) and _REGISTRY.get(_class_id(found)) is found:
+            return found
+    raise ConfigError(
+        f"Cannot rebuild operator {key}: the class is not registered. Import the "
+        f"module that defines it before loading, or decorate it with "
+        f"gradpipe.register_operator. States never import arbitrary modules."
+    )
 
 
 def encode_config(value: Any, *, owner: str, field: str) -> Any:

@@ -9,6 +9,7 @@ from ._config import (
     ConfigError,
     encode_config,
     from_state,
+    public_module,
     register_operator,
     state_from_json,
     state_from_yaml,
@@ -58,7 +59,7 @@ class Operator:
         raise NotImplementedError(f"{type(self).__name__} must implement _apply(...).")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if (args and contains_node(args)) or (kwargs and contains_node(kwargs)):
+        if contains_node(args) or (kwargs and contains_node(kwargs)):
             return Node(self, args, kwargs)
         return self._apply(*args, **kwargs)
 
@@ -116,7 +117,7 @@ class Operator:
             for key, value in self.get_config().items()
         }
         cls = type(self)
-        return {"module": cls.__module__, "class": cls.__qualname__, "config": config}
+        return {"module": public_module(cls), "class": cls.__qualname__, "config": config}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Operator:
