@@ -20,6 +20,8 @@ from ._node import Node, contains_node
 
 __all__ = ["Operator"]
 
+_MAY_HOLD_NODE = (Node, tuple, list, dict)
+
 
 class Operator:
     """One step of a pipeline.
@@ -59,7 +61,10 @@ class Operator:
         raise NotImplementedError(f"{type(self).__name__} must implement _apply(...).")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if contains_node(args) or (kwargs and contains_node(kwargs)):
+        for arg in args:
+            if isinstance(arg, _MAY_HOLD_NODE) and contains_node(arg):
+                return Node(self, args, kwargs)
+        if kwargs and contains_node(kwargs):
             return Node(self, args, kwargs)
         return self._apply(*args, **kwargs)
 

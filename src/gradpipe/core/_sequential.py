@@ -48,8 +48,8 @@ class Sequential(Operator):
         # Steps run through `_apply` directly: in eager mode an operator's output is
         # never a graph node, so the node check of `__call__` would only cost time.
         value = ops[0]._apply(*args, **kwargs)
-        for op in ops[1:]:
-            value = op._apply(value)
+        for i in range(1, len(ops)):
+            value = ops[i]._apply(value)
         return value
 
     def get_config(self) -> dict[str, Any]:
