@@ -3,20 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
+import subprocess
 import sys
 
 __all__ = ["main"]
+
+
+def _checkout_script(relative: str) -> pathlib.Path:
+    """A script of the source checkout (examples/, benchmarks/), which an editable
+    install keeps beside the package."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    path = root / relative
+    if not path.is_file():
+        raise SystemExit(
+            f"gradpipe: {relative} is not here ({root}); this command runs from a source "
+            f"checkout (git clone, then `make demo`)."
+        )
+    return path
+
+
+def _run_script(relative: str, argv: list[str]) -> int:
+    return subprocess.run([sys.executable, str(_checkout_script(relative)), *argv]).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gradpipe", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("version", help="print gradpipe's version")
+    demo = commands.add_parser("demo", help="run the running example; plots go to OUTDIR")
+    demo.add_argument("outdir", nargs="?", default="out")
+    commands.add_parser("bench", help="run every benchmark against its peer")
     args = parser.parse_args(argv)
     if args.command == "version":
         from gradpipe import __version__
 
         print(__version__)
+        return 0
+    if args.command == "demo":
+        return _run_script("examples/demo.py", [args.outdir])
+    if args.command == "bench":
+        return _run_script("benchmarks/run_all.py", [])
     return 0
 
 
