@@ -1,0 +1,208 @@
+"""Weights: the array values of an operator, kept out of its configuration.
+
+A configuration is JSON, and JSON has no exact form for an array. So the
+configuration of a JAX operator records each array only as ``{"shape", "dtype"}``,
+and the values travel separately as a *weights blob*: a safetensors file whose
+tensors are named by their PyTree path (``.operators[0].log_k``). Nothing is
+pickled, so a blob from an untrusted registry can be read safely.
+
+Loading checks every path, shape and dtype against the operator that receives the
+weights. A blob written for a different pipeline would otherwise fill leaves in
+flattening order and produce a model that runs and is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradpipe.core import ConfigError, Operator, Registry
+
+__all__ = [
+    "WeightsError",
+    "array_spec",
+    "from_registry",
+    "is_array_spec",
+    "placeholder_array",
+    "serialize_weights",
+    "with_weights",
+]
+
+_FORMAT = "gradpipe.weights/1"
+_T = TypeVar("_T")
+
+
+class WeightsError(ValueError):
+    """A weights blob that does not fit the operator it is loaded into."""
+
+
+# -- the configuration's view of an array ---------------------------------------
+
+
+def array_spec(value: Any) -> dict[str, Any]:
+    """``{"shape": [...], "dtype": "..."}``: what a configuration records of an array."""
+    return {"shape": [int(d) for d in value.shape], "dtype": str(value.dtype)}
+
+
+def is_array_spec(value: Any) -> bool:
+    """Whether ``value`` is a dict written by `array_spec`."""
+    return (
+        type(value) is dict
+        and set(value) == {"shape", "dtype"}
+        and isinstance(value["dtype"], str)
+        and isinstance(value["shape"], (list, tuple))
+        and all(type(d) is int and d >= 0 for d in value["shape"])
+    )
+
+
+def placeholder_array(spec: dict[str, Any]) -> jax.Array:
+    """An array of the spec's shape and dtype, waiting for its weights.
+
+    Floating and complex placeholders are NaN, so that an operator rebuilt from its
+    state and used before `with_weights` gives NaN rather than a plausible number.
+    """
+    dtype = np.dtype(spec["dtype"])
+    fill = np.nan if np.issubdtype(dtype, np.inexact) else 0
+    return jnp.asarray(np.full(tuple(spec["shape"]), fill, dtype=dtype))
+
+
+# -- blobs ----------------------------------------------------------------------
+
+
+def _array_leaves(tree: Any) -> Iterator[tuple[str, Any]]:
+    """``(path, leaf)`` for every array leaf, in flattening order."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if eqx.is_array(leaf):
+            yield jax.tree_util.keystr(path), leaf
+
+
+def _describe(dtype: Any, shape: tuple[int, ...]) -> str:
+    return f"{np.dtype(dtype)}[{', '.join(str(d) for d in shape)}]"
+
+
+def serialize_weights(tree: Any) -> bytes:
+    """Every array leaf of ``tree`` as a safetensors blob keyed by PyTree path.
+
+    The same tree always gives the same bytes, so a registry address depends only
+    on the values.
+
+    **Arguments:**
+
+    - `tree`: any PyTree: a `JaxOperator`, a `JaxSequential`, an ``eqx.Module``.
+
+    **Returns:**
+
+    The blob, for `with_weights` or ``Registry.store(op, weights=...)``.
+    """
+    import safetensors.numpy
+
+    tensors = {path: np.ascontiguousarray(np.asarray(leaf)) for path, leaf in _array_leaves(tree)}
+    try:
+        return safetensors.numpy.save(tensors, metadata={"format": _FORMAT})
+    except Exception as error:  # safetensors names no path in its errors
+        kinds = ", ".join(f"{p}: {a.dtype}" for p, a in tensors.items())
+        raise WeightsError(f"Cannot write these arrays as safetensors ({kinds}): {error}") from None
+
+
+def with_weights(tree: _T, blob: bytes) -> _T:
+    """A copy of ``tree`` whose array leaves hold the values in ``blob``.
+
+    **Arguments:**
+
+    - `tree`: the PyTree that receives the weights; its array leaves give the
+      expected paths, shapes and dtypes (their values are ignored).
+    - `blob`: bytes written by `serialize_weights`.
+
+    **Returns:**
+
+    The new tree. ``tree`` is not modified.
+
+    Raises `WeightsError` naming the path when the blob lacks a leaf, holds a tensor
+    the tree has no leaf for, or holds one of another shape or dtype.
+    """
+    import safetensors.numpy
+
+    try:
+        tensors = safetensors.numpy.load(bytes(blob))
+    except Exception as error:
+        raise WeightsError(
+            f"The weights blob is not a safetensors file ({error}). Pass bytes written "
+            f"by serialize_weights()."
+        ) from None
+    expected = dict(_array_leaves(tree))
+    for path in expected:
+        if path not in tensors:
+            leaf = expected[path]
+            raise WeightsError(
+                f"The weights blob has no tensor for {path} (expected "
+                f"{_describe(leaf.dtype, leaf.shape)}); it holds {sorted(tensors)}. Was it "
+                f"written for another pipeline?"
+            )
+    for path in tensors:
+        if path not in expected:
+            raise WeightsError(
+                f"The weights blob holds a tensor {path} that {type(tree).__name__} has no "
+                f"array for; its arrays are {sorted(expected)}."
+            )
+    for path, leaf in expected.items():
+        got = tensors[path]
+        if tuple(got.shape) != tuple(leaf.shape) or np.dtype(got.dtype) != np.dtype(leaf.dtype):
+            raise WeightsError(
+                f"Weights for {path}: {type(tree).__name__} expects "
+                f"{_describe(leaf.dtype, leaf.shape)}, the blob holds "
+                f"{_describe(got.dtype, got.shape)}."
+            )
+
+    def replace(path: Any, leaf: Any) -> Any:
+        if not eqx.is_array(leaf):
+            return leaf
+        value = tensors[jax.tree_util.keystr(path)]
+        return value.copy() if isinstance(leaf, np.ndarray) else jnp.asarray(value)
+
+    return jax.tree_util.tree_map_with_path(replace, tree)
+
+
+def from_registry(registry: Registry, ref: str, *, like: Any = None) -> Any:
+    """Load an operator and its weights from a `Registry`.
+
+    **Arguments:**
+
+    - `registry`: the registry.
+    - `ref`: an address, a unique address prefix or a tag.
+    - `like`: an operator of the stored structure, whose arrays are replaced. Needed
+      when the state alone cannot rebuild the operator (a `JaxModelOp` around an
+      arbitrary ``eqx.Module``); otherwise the operator is rebuilt from its state.
+
+    **Returns:**
+
+    The operator with the stored weights.
+
+    ```python
+    ref = reg.store(seq, weights=seq.serialize_weights())
+    seq2 = from_registry(reg, ref)
+    ```
+    """
+    if like is None:
+        op = registry.load(ref)
+    else:
+        if not isinstance(like, Operator):
+            raise TypeError(f"like= must be an operator, got {type(like).__name__}.")
+        stored, expected = registry.load_state(ref), like.state
+        if (stored["module"], stored["class"]) != (expected["module"], expected["class"]):
+            raise ConfigError(
+                f"Registry entry {ref!r} holds a {stored['module']}:{stored['class']}, but "
+                f"like= is a {expected['module']}:{expected['class']}."
+            )
+        if stored["config"] != json.loads(json.dumps(expected["config"])):
+            raise ConfigError(
+                f"Registry entry {ref!r} has the configuration {stored['config']!r:.300}, "
+                f"which differs from that of like= ({expected['config']!r:.300})."
+            )
+        op = like
+    return with_weights(op, registry.load_weights(ref))
