@@ -34,6 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="run the running example; plots go to OUTDIR")
     demo.add_argument("outdir", nargs="?", default="out")
     commands.add_parser("bench", help="run every benchmark against its peer")
+    commands.add_parser("serve", help="serve a component over HTTP (MODULE:ATTR)")
+    commands.add_parser("call", help="call an endpoint of a gradpipe server")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("serve", "call"):
+        from gradpipe.serve._cli import main as serve_main  # needs the `serve` extra
+
+        return serve_main(argv[0], argv[1:])
     args = parser.parse_args(argv)
     if args.command == "version":
         from gradpipe import __version__

@@ -1,0 +1,414 @@
+"""The ASGI application that serves one `Component` over HTTP.
+
+Endpoints (all ``POST`` except the ``GET`` ones):
+
+- ``/apply``: ``{"inputs", "keep_residuals"?, "batch_size"?, "batched_paths"?}`` →
+  ``{"outputs", "handle"?}``.
+- ``/jacobian``: ``{"inputs", "jac_inputs", "jac_outputs"}`` → ``{"jacobian"}``.
+- ``/jvp``: ``{"inputs", "jvp_inputs", "jvp_outputs", "tangents"}`` → ``{"jvp"}``.
+- ``/vjp``: ``{"inputs" | "handle", "vjp_inputs", "vjp_outputs", "cotangents"}`` →
+  ``{"vjp"}``.
+- ``/abstract_eval``: ``{"abstract_inputs"}`` → ``{"outputs"}``.
+- ``GET /health``, ``GET /openapi.json`` (the schema), ``GET /stats`` (request
+  counters).
+
+Errors are JSON ``{"error", "message", "path"}``: 401 (token), 404/405, 410 (unknown
+or expired handle — answer it by re-sending the inputs), 413 (body too large), 415
+(content type), 422 (anything wrong with the request's content). Bad input never
+gives a 500.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode, encode, media_type
+from ._handles import HandleStore, UnknownHandle
+from ._schema import openapi_schema
+
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "create_app"]
+
+DEFAULT_MAX_BODY_SIZE = 256 * 2**20
+
+_FIELDS = {
+    "apply": ({"inputs"}, {"keep_residuals", "batch_size", "batched_paths"}),
+    "jacobian": ({"inputs", "jac_inputs", "jac_outputs"}, set()),
+    "jvp": ({"inputs", "jvp_inputs", "jvp_outputs", "tangents"}, set()),
+    "vjp": ({"vjp_inputs", "vjp_outputs", "cotangents"}, {"inputs", "handle"}),
+    "abstract_eval": ({"abstract_inputs"}, set()),
+}
+
+
+class HTTPError(Exception):
+    """An error answered with ``status`` and a JSON body naming ``path``."""
+
+    def __init__(self, status: int, kind: str, message: str, path: str | None = None):
+        super().__init__(message)
+        self.status, self.kind, self.message, self.path = status, kind, message, path
+
+
+def _error_response(exc: HTTPError) -> JSONResponse:
+    body = {"error": exc.kind, "message": exc.message, "path": exc.path}
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse(body, status_code=exc.status, headers=headers)
+
+
+# -- request checks ---------------------------------------------------------------
+
+
+def _check_fields(endpoint: str, document: Any) -> dict[str, Any]:
+    if not isinstance(document, dict):
+        raise HTTPError(422, "invalid_request", "the body must be a JSON object / msgpack map.")
+    required, optional = _FIELDS[endpoint]
+    unknown = set(document) - required - optional
+    if unknown:
+        name = sorted(unknown)[0]
+        raise HTTPError(422, "unknown_field", f"unknown field {name!r} for /{endpoint}.", name)
+    missing = required - set(document)
+    if missing:
+        name = sorted(missing)[0]
+        raise HTTPError(422, "missing_field", f"field {name!r} is required by /{endpoint}.", name)
+    for key in (
+        "jac_inputs",
+        "jac_outputs",
+        "jvp_inputs",
+        "jvp_outputs",
+        "vjp_inputs",
+        "vjp_outputs",
+        "batched_paths",
+    ):
+        value = document.get(key)
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            raise HTTPError(422, "invalid_field", f"{key} must be a list of path strings.", key)
+    for key in ("inputs", "abstract_inputs", "tangents", "cotangents"):
+        if key in document and not isinstance(document[key], dict):
+            raise HTTPError(422, "invalid_field", f"{key} must be an object.", key)
+    return document
+
+
+def _input_error(exc: Exception, field: str | None = None) -> HTTPError:
+    path = getattr(exc, "path", None)
+    if isinstance(path, list | tuple):
+        path = ".".join(map(str, path))
+    if field and path and not str(path).startswith(field):
+        path = f"{field}.{path}"
+    return HTTPError(422, "invalid_input", str(exc), path or field)
+
+
+# -- batching ---------------------------------------------------------------------
+
+
+def _split_batch(inputs: dict, paths: list[str], size: int) -> list[dict]:
+    """Element ``i`` of a batched request: index ``i`` of every leaf in ``paths``."""
+    wanted, seen = set(paths), set()
+
+    def take(node: Any, path: str, i: int) -> Any:
+        if path in wanted:
+            seen.add(path)
+            if not isinstance(node, np.ndarray) or node.ndim == 0 or node.shape[0] != size:
+                raise HTTPError(
+                    422, "invalid_batch", f"a batched leaf needs leading size {size}.", path
+                )
+            return node[i]
+        if isinstance(node, dict):
+            return {k: take(v, f"{path}.{k}" if path else k, i) for k, v in node.items()}
+        if isinstance(node, list):
+            return [take(v, f"{path}[{j}]", i) for j, v in enumerate(node)]
+        return node
+
+    elements = [take(inputs, "", i) for i in range(size)]
+    if missing := wanted - seen:
+        name = sorted(missing)[0]
+        raise HTTPError(422, "invalid_batch", "batched_paths names no input leaf.", name)
+    return elements
+
+
+def _stack(results: list[Any]) -> Any:
+    first = results[0]
+    if isinstance(first, dict):
+        return {k: _stack([r[k] for r in results]) for k in first}
+    if isinstance(first, list | tuple):
+        return [_stack([r[i] for r in results]) for i in range(len(first))]
+    if hasattr(first, "shape") and hasattr(first, "dtype"):
+        return np.stack([np.asarray(r) for r in results])
+    return list(results)
+
+
+# -- the application --------------------------------------------------------------
+
+
+class _Server:
+    def __init__(
+        self,
+        component: Any,
+        token: str | None,
+        max_body_size: int,
+        handles: HandleStore,
+        max_batch: int,
+    ):
+        self.component = component
+        self.token = token
+        self.max_body_size = max_body_size
+        self.handles = handles
+        self.max_batch = max_batch
+        self.counts: Counter[str] = Counter()
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self._lock = threading.Lock()
+        self._schema: dict[str, Any] | None = None
+
+    # -- plumbing
+
+    def _authorize(self, request: Request) -> None:
+        if self.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), self.token.encode()
+        ):
+            raise HTTPError(401, "unauthorized", "a valid 'Authorization: Bearer' token is needed.")
+
+    async def _read_body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                raise HTTPError(422, "invalid_request", "Content-Length is not a number.")
+            if int(declared) > self.max_body_size:
+                raise HTTPError(
+                    413,
+                    "body_too_large",
+                    f"the body has {declared} bytes; this server takes at most "
+                    f"{self.max_body_size} (--max-body-size).",
+                )
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_size:
+                raise HTTPError(
+                    413,
+                    "body_too_large",
+                    f"the body exceeds {self.max_body_size} bytes (--max-body-size).",
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _count(self, name: str, received: int = 0, sent: int = 0) -> None:
+        with self._lock:
+            self.counts[name] += 1
+            self.bytes_in += received
+            self.bytes_out += sent
+
+    def endpoint(self, name: str, operation: Callable[[dict], dict]):
+        async def handle(request: Request) -> Response:
+            received = 0
+            try:
+                self._authorize(request)
+                request_type = media_type(request.headers.get("content-type"))
+                if request_type is None:
+                    raise HTTPError(
+                        415,
+                        "unsupported_media_type",
+                        f"send Content-Type {BINARY} or {JSON}.",
+                    )
+                body = await self._read_body(request)
+                received = len(body)
+                try:
+                    document = decode(body, request_type)
+                except PayloadError as exc:
+                    raise HTTPError(422, "malformed_body", str(exc), exc.path or None) from None
+                document = _check_fields(name, document)
+                result = await run_in_threadpool(operation, document)
+                response_type = choose_response_type(request.headers.get("accept"), request_type)
+                try:
+                    content = encode(result, response_type)
+                except PayloadError as exc:
+                    raise HTTPError(422, "unencodable_output", str(exc), exc.path or None) from None
+                self._count(name, received, len(content))
+                return Response(content, media_type=response_type)
+            except HTTPError as exc:
+                self._count(f"{name}:{exc.status}", received)
+                return _error_response(exc)
+
+        return handle
+
+    def _call(self, field: str | None, fn: Callable[[], Any]) -> Any:
+        from gradpipe.component import ComponentInputError
+
+        try:
+            return fn()
+        except HTTPError:
+            raise
+        except ComponentInputError as exc:
+            raise _input_error(exc) from None
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            # The component validates its inputs; what still slips through as one of
+            # these is a problem with the request's content, not with the server.
+            raise _input_error(exc, field) from None
+
+    # -- the five operations
+
+    def apply(self, doc: dict) -> dict:
+        comp, inputs = self.component, doc["inputs"]
+        keep = doc.get("keep_residuals", False)
+        size = doc.get("batch_size")
+        if not isinstance(keep, bool):
+            raise HTTPError(
+                422, "invalid_field", "keep_residuals must be a bool.", "keep_residuals"
+            )
+        if size is not None:
+            if type(size) is not int or not 1 <= size <= self.max_batch:
+                raise HTTPError(
+                    422,
+                    "invalid_field",
+                    f"batch_size must be an int in [1, {self.max_batch}].",
+                    "batch_size",
+                )
+            if keep:
+                raise HTTPError(
+                    422,
+                    "invalid_field",
+                    "keep_residuals is not supported with batch_size.",
+                    "keep_residuals",
+                )
+            elements = _split_batch(inputs, doc.get("batched_paths") or [], size)
+            return {
+                "outputs": _stack(
+                    [self._call("inputs", lambda e=e: comp.apply(e)) for e in elements]
+                )
+            }
+        if not keep:
+            return {"outputs": self._call("inputs", lambda: comp.apply(inputs))}
+        outputs, residuals = self._call("inputs", lambda: comp.apply_keep(inputs))
+        return {"outputs": outputs, "handle": self.handles.put(residuals)}
+
+    def jacobian(self, doc: dict) -> dict:
+        return {
+            "jacobian": self._call(
+                None,
+                lambda: self.component.jacobian(
+                    doc["inputs"], doc["jac_inputs"], doc["jac_outputs"]
+                ),
+            )
+        }
+
+    def jvp(self, doc: dict) -> dict:
+        return {
+            "jvp": self._call(
+                None,
+                lambda: self.component.jvp(
+                    doc["inputs"], doc["jvp_inputs"], doc["jvp_outputs"], doc["tangents"]
+                ),
+            )
+        }
+
+    def vjp(self, doc: dict) -> dict:
+        comp = self.component
+        args = (doc["vjp_inputs"], doc["vjp_outputs"], doc["cotangents"])
+        if ("handle" in doc) == ("inputs" in doc):
+            raise HTTPError(
+                422, "invalid_request", "/vjp takes exactly one of 'inputs', 'handle'.", "handle"
+            )
+        if "inputs" in doc:
+            return {"vjp": self._call(None, lambda: comp.vjp(doc["inputs"], *args))}
+        handle = doc["handle"]
+        if not isinstance(handle, str):
+            raise HTTPError(422, "invalid_field", "handle must be a string.", "handle")
+        try:
+            residuals = self.handles.get(handle)
+        except UnknownHandle:
+            raise HTTPError(
+                410,
+                "unknown_handle",
+                "this handle is unknown or has expired; send the inputs instead.",
+                "handle",
+            ) from None
+        return {"vjp": self._call(None, lambda: comp.vjp_from(residuals, *args))}
+
+    def abstract_eval(self, doc: dict) -> dict:
+        return {
+            "outputs": self._call(
+                "abstract_inputs", lambda: self.component.abstract_eval(doc["abstract_inputs"])
+            )
+        }
+
+    # -- GET endpoints
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def schema(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+        except HTTPError as exc:
+            return _error_response(exc)
+        if self._schema is None:
+            self._schema = openapi_schema(self.component, max_batch=self.max_batch)
+        return Response(json.dumps(self._schema), media_type=JSON)
+
+    async def stats(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+        except HTTPError as exc:
+            return _error_response(exc)
+        with self._lock:
+            body = {
+                "requests": dict(self.counts),
+                "bytes_received": self.bytes_in,
+                "bytes_sent": self.bytes_out,
+                "handles": len(self.handles),
+                "handle_bytes": self.handles.nbytes,
+            }
+        return JSONResponse(body)
+
+
+def create_app(
+    component: Any,
+    *,
+    token: str | None = None,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    handles: HandleStore | None = None,
+    max_batch: int = 4096,
+) -> Starlette:
+    """An ASGI app serving ``component``'s five endpoints, health, schema and stats.
+
+    **Arguments:**
+
+    - `component`: a `gradpipe.component.Component`.
+    - `token`: when given, every endpoint but ``/health`` needs
+      ``Authorization: Bearer <token>`` (else 401).
+    - `max_body_size`: larger request bodies get 413 before they are read in full.
+    - `handles`: where forward requests keep residuals (a default `HandleStore`).
+    - `max_batch`: the largest ``batch_size`` a batched ``/apply`` may ask for.
+
+    **Returns:** a Starlette application; run it with uvicorn, or `gradpipe serve`.
+    """
+    if max_body_size < 1:
+        raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}.")
+    server = _Server(component, token, max_body_size, handles or HandleStore(), max_batch)
+    routes = [
+        Route(f"/{name}", server.endpoint(name, getattr(server, name)), methods=["POST"])
+        for name in _FIELDS
+    ]
+    routes += [
+        Route("/health", server.health, methods=["GET"]),
+        Route("/openapi.json", server.schema, methods=["GET"]),
+        Route("/stats", server.stats, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.server = server
+    return app

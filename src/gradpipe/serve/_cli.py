@@ -1,0 +1,131 @@
+"""The ``gradpipe serve`` and ``gradpipe call`` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _size(text: str) -> int:
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    text = text.strip().lower().removesuffix("b").removesuffix("i")
+    factor = units.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in units else text
+    try:
+        value = int(float(number) * factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256M)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("the size must be positive")
+    return value
+
+
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    serve = argparse.ArgumentParser(
+        prog="gradpipe serve",
+        description="Serve MODULE:ATTR (a Component) with /apply, /jacobian, /jvp, /vjp, "
+        "/abstract_eval, /health, /openapi.json and /stats.",
+    )
+    serve.add_argument("target", metavar="MODULE:ATTR")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="bearer token to require (default: $GRADPIPE_TOKEN; the variable "
+        "keeps it out of the process list)",
+    )
+    serve.add_argument(
+        "--max-body-size",
+        type=_size,
+        default="256M",
+        help="largest request body, e.g. 64M (default 256M)",
+    )
+    serve.add_argument("--app-dir", default=".", help="directory to import MODULE from")
+    serve.add_argument("--log-level", default="info")
+
+    call = argparse.ArgumentParser(
+        prog="gradpipe call",
+        description="POST a JSON payload to ENDPOINT and print the JSON answer. Arrays are "
+        '{"object_type": "array", "dtype", "shape", "data": {"buffer", "encoding"}} with '
+        'encoding "base64" or "json" (nested lists). health, stats and openapi.json are GETs.',
+    )
+    call.add_argument("url")
+    call.add_argument("endpoint")
+    call.add_argument(
+        "payload", nargs="?", default=None, help="@file.json, - for stdin, or the JSON text itself"
+    )
+    call.add_argument("--token", default=None, help="bearer token (default: $GRADPIPE_TOKEN)")
+    call.add_argument("--timeout", type=float, default=300.0)
+    return {"serve": serve, "call": call}
+
+
+def main(command: str, argv: list[str]) -> int:
+    """Run ``gradpipe serve ...`` or ``gradpipe call ...`` with the remaining arguments."""
+    args = _parsers()[command].parse_args(argv)
+    return run_serve(args) if command == "serve" else run_call(args)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from ._server import serve
+
+    serve(
+        args.target,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        token=args.token,
+        max_body_size=args.max_body_size,
+        app_dir=args.app_dir,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+def _payload(spec: str | None) -> bytes:
+    if spec is None:
+        return b"{}"
+    if spec == "-":
+        return sys.stdin.buffer.read()
+    if spec.startswith("@"):
+        return Path(spec[1:]).read_bytes()
+    return spec.encode()
+
+
+def run_call(args: argparse.Namespace) -> int:
+    import os
+
+    import httpx
+
+    from ._client import TOKEN_ENV
+    from ._encoding import JSON
+
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    headers = {"Content-Type": JSON, "Accept": JSON}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    url = f"{args.url.rstrip('/')}/{args.endpoint.lstrip('/')}"
+    try:
+        if args.endpoint.strip("/") in ("health", "stats", "openapi.json"):
+            response = httpx.get(url, headers=headers, timeout=args.timeout)
+        else:
+            response = httpx.post(
+                url, content=_payload(args.payload), headers=headers, timeout=args.timeout
+            )
+    except (OSError, httpx.HTTPError) as exc:
+        print(f"gradpipe call: {url}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        text = json.dumps(response.json(), indent=2)
+    except ValueError:
+        text = response.text
+    if response.status_code != 200:
+        print(f"HTTP {response.status_code}: {text}", file=sys.stderr)
+        return 1
+    print(text)
+    return 0

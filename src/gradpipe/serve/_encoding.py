@@ -1,0 +1,237 @@
+"""Wire formats for arrays: a binary msgpack frame and JSON with base64 buffers.
+
+Both formats carry the same document: JSON-like values (dicts with string keys,
+lists, str, int, float, bool, None) where each array is a small dict
+
+```python
+{"object_type": "array", "dtype": "float32", "shape": [2, 3],
+ "data": {"buffer": ..., "encoding": "raw" | "base64" | "json"}}
+```
+
+- `BINARY` (``application/x-gradpipe+msgpack``): a msgpack document whose array
+  buffers are msgpack ``bin`` values holding the raw little-endian bytes.
+- `JSON` (``application/json``): the buffer is a base64 string (``"base64"``) or a
+  nested list of numbers (``"json"``, handy for hand-written requests).
+
+Decoding never unpickles or evaluates anything: only the dtypes in
+`ALLOWED_DTYPES` are accepted, and a buffer must hold exactly
+``prod(shape) * itemsize`` bytes. Every failure is a `PayloadError` that names the
+path of the offending value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from typing import Any
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "ALLOWED_DTYPES",
+    "BINARY",
+    "JSON",
+    "PayloadError",
+    "choose_response_type",
+    "decode",
+    "encode",
+    "media_type",
+]
+
+BINARY = "application/x-gradpipe+msgpack"
+JSON = "application/json"
+
+ALLOWED_DTYPES = frozenset(
+    {
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    }
+)
+_MAX_RANK = 32
+
+
+class PayloadError(ValueError):
+    """A request or response body that cannot be decoded; ``path`` names the value."""
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+
+def media_type(content_type: str | None) -> str | None:
+    """`BINARY`, `JSON` or ``None`` for a ``Content-Type`` header value."""
+    if not content_type:
+        return None
+    base = content_type.split(";", 1)[0].strip().lower()
+    if base == BINARY:
+        return BINARY
+    if base == JSON or base.endswith("+json"):
+        return JSON
+    return None
+
+
+def choose_response_type(accept: str | None, request_type: str | None) -> str:
+    """The response format: what ``Accept`` names, else the request's own format."""
+    if accept:
+        for part in accept.split(","):
+            chosen = media_type(part)
+            if chosen is not None:
+                return chosen
+    return request_type or JSON
+
+
+# -- encoding -------------------------------------------------------------------
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray | np.generic) or (
+        hasattr(value, "__array__") and hasattr(value, "dtype") and hasattr(value, "shape")
+    )
+
+
+def _encode_array(value: Any, binary: bool) -> dict[str, Any]:
+    array = np.asarray(value)
+    name = array.dtype.name
+    if name not in ALLOWED_DTYPES:
+        raise PayloadError(f"dtype {name} cannot be sent; use one of {sorted(ALLOWED_DTYPES)}.")
+    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    raw = memoryview(array).cast("B") if array.size else b""
+    if binary:
+        buffer: Any = {"buffer": raw, "encoding": "raw"}
+    else:
+        buffer = {"buffer": base64.b64encode(raw).decode("ascii"), "encoding": "base64"}
+    return {"object_type": "array", "dtype": name, "shape": list(array.shape), "data": buffer}
+
+
+def _to_wire(value: Any, binary: bool) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _to_wire(v, binary) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_wire(v, binary) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if _is_array(value):
+        return _encode_array(value, binary)
+    raise PayloadError(f"a {type(value).__name__} cannot be sent; send arrays and JSON values.")
+
+
+def encode(document: Any, content_type: str) -> bytes:
+    """Serialise a document of JSON values and arrays in the given format."""
+    if content_type == BINARY:
+        return msgpack.packb(_to_wire(document, True), use_bin_type=True)
+    return json.dumps(_to_wire(document, False), allow_nan=True).encode()
+
+
+# -- decoding -------------------------------------------------------------------
+
+
+def _join(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
+    unknown = set(node) - {"object_type", "dtype", "shape", "data"}
+    if unknown:
+        raise PayloadError(f"unknown array fields {sorted(unknown)}.", path)
+    dtype_name = node.get("dtype")
+    if not isinstance(dtype_name, str) or dtype_name not in ALLOWED_DTYPES:
+        raise PayloadError(f"dtype {dtype_name!r} is not one of {sorted(ALLOWED_DTYPES)}.", path)
+    shape = node.get("shape")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > _MAX_RANK
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
+        raise PayloadError(f"shape must be a list of non-negative ints, got {shape!r}.", path)
+    data = node.get("data")
+    if not isinstance(data, dict) or set(data) != {"buffer", "encoding"}:
+        raise PayloadError('data must be {"buffer": ..., "encoding": ...}.', path)
+    dtype = np.dtype(dtype_name).newbyteorder("<")
+    encoding, buffer = data["encoding"], data["buffer"]
+    if encoding == "json":
+        try:
+            array = np.asarray(buffer, dtype=dtype)
+        except (TypeError, ValueError, OverflowError) as exc:
+            message = f"the json buffer is not a {dtype_name} array: {exc}"
+            raise PayloadError(message, path) from None
+        if list(array.shape) != shape:
+            raise PayloadError(f"the json buffer has shape {list(array.shape)}, not {shape}.", path)
+        return array
+    if encoding == "base64" and isinstance(buffer, str):
+        try:
+            raw = base64.b64decode(buffer, validate=True)
+        except (binascii.Error, ValueError):
+            raise PayloadError("the buffer is not valid base64.", path) from None
+    elif encoding == "raw" and isinstance(buffer, bytes):
+        raw = buffer
+    else:
+        raise PayloadError(f"buffer encoding {encoding!r} does not fit its buffer.", path)
+    expected = math.prod(shape) * dtype.itemsize
+    if len(raw) != expected:
+        raise PayloadError(
+            f"shape {shape} of {dtype_name} needs {expected} bytes; the buffer holds {len(raw)}.",
+            path,
+        )
+    array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    return array.astype(dtype.newbyteorder("="), copy=False)
+
+
+def _from_wire(node: Any, path: str) -> Any:
+    if isinstance(node, dict):
+        if node.get("object_type") == "array":
+            return _decode_array(node, path)
+        out = {}
+        for key, value in node.items():
+            if not isinstance(key, str):
+                raise PayloadError(f"keys must be strings, got {type(key).__name__}.", path)
+            out[key] = _from_wire(value, _join(path, key))
+        return out
+    if isinstance(node, list):
+        return [_from_wire(v, _join(path, i)) for i, v in enumerate(node)]
+    if node is None or isinstance(node, bool | int | float | str):
+        return node
+    raise PayloadError(f"a {type(node).__name__} is not a JSON value.", path)
+
+
+def decode(body: bytes, content_type: str) -> Any:
+    """Parse a body in the given format back to JSON values and NumPy arrays.
+
+    Raises `PayloadError` for a malformed body, naming the path of the bad value.
+    """
+    if content_type == BINARY:
+        try:
+            document = msgpack.unpackb(
+                body, raw=False, strict_map_key=True, use_list=True, max_buffer_size=len(body)
+            )
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            raise PayloadError(f"the msgpack body is malformed or truncated ({exc}).") from None
+        except Exception as exc:  # msgpack raises a few other types on hostile input
+            raise PayloadError(f"the msgpack body is malformed ({type(exc).__name__}).") from None
+    else:
+        try:
+            document = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PayloadError(f"the JSON body is malformed or truncated ({exc}).") from None
+        except RecursionError:
+            raise PayloadError("the JSON body is nested too deeply.") from None
+    try:
+        return _from_wire(document, "")
+    except RecursionError:
+        raise PayloadError("the body is nested too deeply.") from None

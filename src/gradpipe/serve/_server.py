@@ -1,0 +1,100 @@
+"""Loading a component by ``MODULE:ATTR`` and running it on uvicorn."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from ._app import DEFAULT_MAX_BODY_SIZE, create_app
+from ._client import TOKEN_ENV
+
+__all__ = ["TOKEN_ENV", "app_from_env", "load_component", "serve"]
+
+_TARGET_ENV = "GRADPIPE_SERVE_TARGET"
+_MAX_BODY_ENV = "GRADPIPE_SERVE_MAX_BODY_SIZE"
+_APP_DIR_ENV = "GRADPIPE_SERVE_APP_DIR"
+
+
+def load_component(target: str, app_dir: str | None = ".") -> Any:
+    """The component named by ``"package.module:attribute"``.
+
+    A `Component` is served as it is; anything else is handed to ``Component(...)``
+    (which says what it accepts). ``app_dir`` is put first on ``sys.path``.
+    """
+    from gradpipe.component import Component
+
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"The target must look like 'package.module:attribute', got {target!r}.")
+    if app_dir is not None:
+        path = os.path.abspath(app_dir)
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"{module_name} has no attribute {attr!r} ({target!r}).") from None
+    return obj if isinstance(obj, Component) else Component(obj)
+
+
+def app_from_env():
+    """The app described by environment variables; the factory each worker calls."""
+    component = load_component(os.environ[_TARGET_ENV], os.environ.get(_APP_DIR_ENV))
+    return create_app(
+        component,
+        token=os.environ.get(TOKEN_ENV) or None,
+        max_body_size=int(os.environ.get(_MAX_BODY_ENV, DEFAULT_MAX_BODY_SIZE)),
+    )
+
+
+def serve(
+    target: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    token: str | None = None,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    app_dir: str = ".",
+    log_level: str = "info",
+) -> None:
+    """Serve the component at ``target`` until interrupted.
+
+    **Arguments:**
+
+    - `target`: ``"package.module:attribute"`` naming a `Component`.
+    - `host`, `port`: where to listen (loopback by default).
+    - `workers`: server processes. Each holds its own residual handles; a vjp that
+      reaches another worker gets 410 and the client re-sends the inputs.
+    - `token`: require ``Authorization: Bearer <token>``; defaults to ``GRADPIPE_TOKEN``.
+    - `max_body_size`: bytes; larger requests get 413.
+    - `app_dir`: directory put first on ``sys.path`` to import ``target``.
+    """
+    import uvicorn
+
+    token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}.")
+    if workers == 1:
+        app = create_app(load_component(target, app_dir), token=token, max_body_size=max_body_size)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+        return
+    load_component(target, app_dir)  # fail here, not in every worker
+    os.environ[_TARGET_ENV] = target
+    os.environ[_APP_DIR_ENV] = os.path.abspath(app_dir)
+    os.environ[_MAX_BODY_ENV] = str(max_body_size)
+    if token:
+        os.environ[TOKEN_ENV] = token
+    uvicorn.run(
+        "gradpipe.serve._server:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        access_log=False,
+    )
