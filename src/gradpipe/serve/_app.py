@@ -36,7 +36,8 @@ from starlette.routing import Route
 
 from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode, encode, media_type
 from ._handles import HandleStore, UnknownHandle
-from ._schema import openapi_schema
+from ._paths import flatten, keyed_prefixes, unflatten
+from ._schema import leaf_specs, openapi_schema
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "create_app"]
 
@@ -112,29 +113,18 @@ def _input_error(exc: Exception, field: str | None = None) -> HTTPError:
 # -- batching ---------------------------------------------------------------------
 
 
-def _split_batch(inputs: dict, paths: list[str], size: int) -> list[dict]:
+def _split_batch(inputs: dict, paths: list[str], size: int, keyed: frozenset[str]) -> list[dict]:
     """Element ``i`` of a batched request: index ``i`` of every leaf in ``paths``."""
-    wanted, seen = set(paths), set()
-
-    def take(node: Any, path: str, i: int) -> Any:
-        if path in wanted:
-            seen.add(path)
-            if not isinstance(node, np.ndarray) or node.ndim == 0 or node.shape[0] != size:
-                raise HTTPError(
-                    422, "invalid_batch", f"a batched leaf needs leading size {size}.", path
-                )
-            return node[i]
-        if isinstance(node, dict):
-            return {k: take(v, f"{path}.{k}" if path else k, i) for k, v in node.items()}
-        if isinstance(node, list):
-            return [take(v, f"{path}[{j}]", i) for j, v in enumerate(node)]
-        return node
-
-    elements = [take(inputs, "", i) for i in range(size)]
-    if missing := wanted - seen:
-        name = sorted(missing)[0]
-        raise HTTPError(422, "invalid_batch", "batched_paths names no input leaf.", name)
-    return elements
+    leaves = dict(flatten(inputs, keyed, lambda node: isinstance(node, np.ndarray)))
+    for path in paths:
+        leaf = leaves.get(path)
+        if leaf is None:
+            raise HTTPError(422, "invalid_batch", "batched_paths names no input leaf.", path)
+        if not isinstance(leaf, np.ndarray) or leaf.ndim == 0 or leaf.shape[0] != size:
+            raise HTTPError(
+                422, "invalid_batch", f"a batched leaf needs leading size {size}.", path
+            )
+    return [unflatten(inputs, {p: leaves[p][i] for p in paths}, keyed) for i in range(size)]
 
 
 def _stack(results: list[Any]) -> Any:
@@ -285,7 +275,8 @@ class _Server:
                     "keep_residuals is not supported with batch_size.",
                     "keep_residuals",
                 )
-            elements = _split_batch(inputs, doc.get("batched_paths") or [], size)
+            keyed = keyed_prefixes(spec["path"] for spec in leaf_specs(comp.input_spec()))
+            elements = _split_batch(inputs, doc.get("batched_paths") or [], size, keyed)
             return {
                 "outputs": _stack(
                     [self._call("inputs", lambda e=e: comp.apply(e)) for e in elements]

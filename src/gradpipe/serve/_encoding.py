@@ -109,7 +109,8 @@ def _encode_array(value: Any, binary: bool) -> dict[str, Any]:
     name = array.dtype.name
     if name not in ALLOWED_DTYPES:
         raise PayloadError(f"dtype {name} cannot be sent; use one of {sorted(ALLOWED_DTYPES)}.")
-    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    # astype, not ascontiguousarray: the latter turns a 0-d array into a 1-d one.
+    array = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
     raw = memoryview(array).cast("B") if array.size else b""
     if binary:
         buffer: Any = {"buffer": raw, "encoding": "raw"}
@@ -217,9 +218,7 @@ def decode(body: bytes, content_type: str) -> Any:
     """
     if content_type == BINARY:
         try:
-            document = msgpack.unpackb(
-                body, raw=False, strict_map_key=True, use_list=True, max_buffer_size=len(body)
-            )
+            document = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
         except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
             raise PayloadError(f"the msgpack body is malformed or truncated ({exc}).") from None
         except Exception as exc:  # msgpack raises a few other types on hostile input

@@ -1,8 +1,9 @@
-"""Paths of leaves in nested inputs and outputs, as the client names them.
+"""Paths of leaves in nested inputs and outputs, spelled as `gradpipe.component` does.
 
-A path joins dict keys (and model attributes) with ``.`` and list indices as
-``[i]``: ``"layers[0].weight"``. It is the same form the server uses in its error
-messages and its ``x-gradpipe`` leaf specs.
+Model fields join with ``.``, list items are ``[i]`` and dict entries ``[key]``
+(``"layers[0].w"``, ``"bands[red]"``). A plain Python dict on the client could be
+either a model or a dict field; the component's leaf specs decide: a dict whose
+path pattern is followed by ``[*]`` in some spec is a dict field.
 """
 
 from __future__ import annotations
@@ -11,14 +12,34 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["flatten", "is_differentiable_path", "join", "unflatten"]
+from gradpipe.component._paths import join_index, join_key, join_name
+
+__all__ = ["flatten", "is_differentiable_path", "keyed_prefixes", "unflatten"]
+
+_BRACKET = re.compile(r'\[("(?:[^"\\]|\\.)*"|[^\[\]"]*)\]')
 
 
-def join(path: str, key: str | int) -> str:
-    """The path of child ``key`` under ``path``."""
+def _general(path: str) -> str:
+    return _BRACKET.sub("[*]", path)
+
+
+def keyed_prefixes(spec_paths: Iterable[str]) -> frozenset[str]:
+    """The path patterns of dict fields, read from leaf-spec patterns."""
+    out = set()
+    for pattern in spec_paths:
+        start = 0
+        while (k := pattern.find("[*]", start)) >= 0:
+            out.add(pattern[:k])
+            start = k + 3
+    return frozenset(out)
+
+
+def _join(path: str, key: Any, keyed: frozenset[str]) -> str:
     if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
+        return join_index(path, key)
+    if path and _general(path) in keyed:
+        return join_key(path, key)
+    return join_name(path, key)
 
 
 def _container(node: Any, is_leaf: Callable[[Any], bool] | None) -> bool:
@@ -26,7 +47,10 @@ def _container(node: Any, is_leaf: Callable[[Any], bool] | None) -> bool:
 
 
 def flatten(
-    tree: Any, is_leaf: Callable[[Any], bool] | None = None, path: str = ""
+    tree: Any,
+    keyed: frozenset[str] = frozenset(),
+    is_leaf: Callable[[Any], bool] | None = None,
+    path: str = "",
 ) -> list[tuple[str, Any]]:
     """``[(path, leaf), ...]`` in a fixed order (dict insertion order, list order)."""
     if not _container(tree, is_leaf):
@@ -34,29 +58,28 @@ def flatten(
     items = tree.items() if isinstance(tree, dict) else enumerate(tree)
     out: list[tuple[str, Any]] = []
     for key, child in items:
-        out.extend(flatten(child, is_leaf, join(path, key)))
+        out.extend(flatten(child, keyed, is_leaf, _join(path, key, keyed)))
     return out
 
 
 def unflatten(
-    tree: Any, values: dict[str, Any], is_leaf: Callable[[Any], bool] | None = None, path: str = ""
+    tree: Any,
+    values: dict[str, Any],
+    keyed: frozenset[str] = frozenset(),
+    is_leaf: Callable[[Any], bool] | None = None,
+    path: str = "",
 ) -> Any:
     """A copy of ``tree`` with the leaf at each path in ``values`` replaced."""
     if not _container(tree, is_leaf):
         return values.get(path, tree)
     if isinstance(tree, dict):
-        return {k: unflatten(v, values, is_leaf, join(path, k)) for k, v in tree.items()}
-    return [unflatten(v, values, is_leaf, join(path, i)) for i, v in enumerate(tree)]
-
-
-def _pattern(spec_path: str) -> re.Pattern[str]:
-    # A spec path may stand for many leaves: "[*]"/"[]" any list index, "*" any key.
-    escaped = re.escape(spec_path)
-    escaped = escaped.replace(r"\[\*\]", r"\[\d+\]").replace(r"\[\]", r"\[\d+\]")
-    escaped = escaped.replace(r"\*", r"[^.\[]+")
-    return re.compile(escaped)
+        return {
+            k: unflatten(v, values, keyed, is_leaf, _join(path, k, keyed)) for k, v in tree.items()
+        }
+    return [unflatten(v, values, keyed, is_leaf, _join(path, i, keyed)) for i, v in enumerate(tree)]
 
 
 def is_differentiable_path(path: str, differentiable: Iterable[str]) -> bool:
-    """Whether a concrete leaf path is one of the (possibly wildcard) spec paths."""
-    return any(_pattern(p).fullmatch(path) for p in differentiable)
+    """Whether a concrete leaf path matches one of the spec patterns."""
+    general = _general(path)
+    return any(general == p for p in differentiable)

@@ -25,18 +25,19 @@ import json
 import math
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.custom_derivatives import linear_call
+from jax.custom_derivatives import SymbolicZero, linear_call
 
 from gradpipe.core import Operator
 
 from ._client import Client, UnknownHandleError
 from ._handles import HANDLE_BYTES
-from ._paths import flatten, is_differentiable_path, unflatten
+from ._paths import flatten, is_differentiable_path, keyed_prefixes, unflatten
 
 __all__ = ["RemoteComponent", "connect"]
 
@@ -211,12 +212,15 @@ class RemoteComponent(Operator):
 
     # -- the JAX function --------------------------------------------------------------
 
+    def _keyed(self, which: str) -> frozenset[str]:
+        return keyed_prefixes(spec["path"] for spec in self.schema["x-gradpipe"][which])
+
     def _apply(self, inputs: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(inputs, dict):
             raise TypeError(
                 f"RemoteComponent takes one dict of inputs, got {type(inputs).__name__}."
             )
-        leaves = flatten(inputs, is_leaf=_is_array)
+        leaves = flatten(inputs, self._keyed("inputs"), _is_array)
         paths = [p for p, v in leaves if _is_array(v)]
         arrays = [jnp.asarray(v) for p, v in leaves if _is_array(v)]
         statics = {p: v for p, v in leaves if not _is_array(v)}
@@ -233,16 +237,18 @@ class RemoteComponent(Operator):
     def _build(
         self, inputs: dict, in_paths: list[str], examples: list[jax.Array], statics: dict[str, Any]
     ) -> Callable:
-        template = unflatten(inputs, dict.fromkeys(in_paths))
+        keyed_in, keyed_out = self._keyed("inputs"), self._keyed("outputs")
+        template = unflatten(inputs, dict.fromkeys(in_paths), keyed_in)
         abstract = unflatten(
             template,
             {
                 p: {"shape": list(a.shape), "dtype": a.dtype.name}
                 for p, a in zip(in_paths, examples)
             },
+            keyed_in,
         )
         out_tree = self.abstract_eval(abstract)
-        out_leaves = flatten(out_tree, is_leaf=_is_abstract_leaf)
+        out_leaves = flatten(out_tree, keyed_out, _is_abstract_leaf)
         out_paths = [p for p, _ in out_leaves]
         out_sds = [_sds(s, p) for p, s in out_leaves]
         xg = self.schema["x-gradpipe"]
@@ -265,16 +271,10 @@ class RemoteComponent(Operator):
 
         def document(arrays: Sequence[Any]) -> dict:
             values = {p: np.asarray(a) for p, a in zip(in_paths, arrays)}
-            return unflatten(template, values)
+            return unflatten(template, values, keyed_in)
 
         def results(tree: dict, sds: list[jax.ShapeDtypeStruct], paths: list[str]) -> list:
-            found = dict(flatten(tree, is_leaf=_is_array))
-            return [
-                np.asarray(found[p], dtype=s.dtype).reshape(s.shape)
-                if p in found
-                else np.zeros(s.shape, s.dtype)
-                for p, s in zip(paths, sds)
-            ]
+            return results_by_path(dict(flatten(tree, keyed_out, _is_array)), paths, sds)
 
         # -- callbacks (they run on the host, with NumPy arrays)
 
@@ -320,84 +320,94 @@ class RemoteComponent(Operator):
             token = bytes.fromhex(handle) if handle else bytes(HANDLE_BYTES)
             return [*results(outputs, out_sds, out_paths), np.frombuffer(token, np.uint8)]
 
-        def jvp_cb(*args: np.ndarray) -> list[np.ndarray]:
+        def jvp_cb(active: list[int], *args: np.ndarray) -> list[np.ndarray]:
             arrays, tangents = args[: len(in_paths)], args[len(in_paths) :]
             answer = self.jvp(
                 document(arrays),
-                [in_paths[i] for i in diff_in],
+                [in_paths[i] for i in active],
                 [out_paths[j] for j in diff_out],
-                {in_paths[i]: t for i, t in zip(diff_in, tangents)},
+                {in_paths[i]: t for i, t in zip(active, tangents)},
             )
             return results_by_path(
                 answer, [out_paths[j] for j in diff_out], [out_sds[j] for j in diff_out]
             )
 
-        def vjp_cb(token: np.ndarray, *args: np.ndarray) -> list[np.ndarray]:
+        def vjp_cb(active: list[int], token: np.ndarray, *args: np.ndarray) -> list[np.ndarray]:
             arrays, cts = args[: len(in_paths)], args[len(in_paths) :]
-            handle = bytes(np.asarray(token, np.uint8)).hex()
             answer = self.vjp(
                 document(arrays),
-                [in_paths[i] for i in diff_in],
+                [in_paths[i] for i in active],
                 [out_paths[j] for j in diff_out],
                 {out_paths[j]: c for j, c in zip(diff_out, cts)},
-                handle=None if not any(token) else handle,
+                handle=bytes(np.asarray(token, np.uint8)).hex() if np.any(token) else None,
             )
-            return results_by_path(
-                answer,
-                [in_paths[i] for i in diff_in],
-                [jax.ShapeDtypeStruct(examples[i].shape, examples[i].dtype) for i in diff_in],
-            )
+            return results_by_path(answer, [in_paths[i] for i in active], in_sds(active))
+
+        def in_sds(active: list[int]) -> list[jax.ShapeDtypeStruct]:
+            return [jax.ShapeDtypeStruct(examples[i].shape, examples[i].dtype) for i in active]
 
         # -- the custom_jvp function
 
         @jax.custom_jvp
         def remote(*arrays: jax.Array) -> dict:
             outs = jax.pure_callback(apply_cb, out_sds, *arrays, vmap_method="expand_dims")
-            return unflatten(out_tree, dict(zip(out_paths, outs)), is_leaf=_is_abstract_leaf)
+            return unflatten(out_tree, dict(zip(out_paths, outs)), keyed_out, _is_abstract_leaf)
 
-        @remote.defjvp
         def remote_jvp(primals, tangents):
             *outs, token = jax.pure_callback(
                 apply_keep_cb, [*out_sds, handle_sds], *primals, vmap_method="sequential"
             )
             tangent_outs = [_zero_tangent(s) for s in out_sds]
-            if diff_in and diff_out:
+            # Only inputs with a tangent that is not symbolically zero enter the linear
+            # map: the transpose must see every linear argument as an unknown.
+            active = [i for i in diff_in if not isinstance(tangents[i], SymbolicZero)]
+            if active and diff_out:
                 lin_sds = [out_sds[j] for j in diff_out]
-                cot_sds = [
-                    jax.ShapeDtypeStruct(examples[i].shape, examples[i].dtype) for i in diff_in
-                ]
 
                 def forward(res, ts):
                     return jax.pure_callback(
-                        jvp_cb, lin_sds, *res[1:], *ts, vmap_method="sequential"
+                        partial(jvp_cb, active), lin_sds, *res[1:], *ts, vmap_method="sequential"
                     )
 
                 def transpose(res, cts):
-                    return jax.pure_callback(vjp_cb, cot_sds, *res, *cts, vmap_method="sequential")
+                    return jax.pure_callback(
+                        partial(vjp_cb, active), in_sds(active), *res, *cts,
+                        vmap_method="sequential",
+                    )  # fmt: skip
 
                 lin = linear_call(
-                    forward, transpose, (token, *primals), [tangents[i] for i in diff_in]
+                    forward, transpose, (token, *primals), [tangents[i] for i in active]
                 )
                 for j, t in zip(diff_out, lin):
                     tangent_outs[j] = t
-            primal_tree = unflatten(out_tree, dict(zip(out_paths, outs)), is_leaf=_is_abstract_leaf)
-            return primal_tree, unflatten(
-                out_tree, dict(zip(out_paths, tangent_outs)), is_leaf=_is_abstract_leaf
+            primal_tree = unflatten(
+                out_tree, dict(zip(out_paths, outs)), keyed_out, _is_abstract_leaf
             )
+            tangent_tree = unflatten(
+                out_tree, dict(zip(out_paths, tangent_outs)), keyed_out, _is_abstract_leaf
+            )
+            return primal_tree, tangent_tree
 
+        remote.defjvp(remote_jvp, symbolic_zeros=True)
         return remote
 
 
 def results_by_path(
     answer: dict[str, Any], paths: list[str], sds: list[jax.ShapeDtypeStruct]
 ) -> list[np.ndarray]:
-    """Arrays of a ``{path: array}`` answer in the order of ``paths`` (zeros if absent)."""
-    return [
-        np.asarray(answer[p], dtype=s.dtype).reshape(s.shape)
-        if p in answer
-        else np.zeros(s.shape, s.dtype)
-        for p, s in zip(paths, sds)
-    ]
+    """Arrays of a ``{path: array}`` answer in the order of ``paths``, checked."""
+    out = []
+    for path, spec in zip(paths, sds):
+        if path not in answer:
+            raise RuntimeError(f"RemoteComponent: the server's answer has no {path!r}.")
+        value = np.asarray(answer[path])
+        if value.shape != spec.shape:
+            raise RuntimeError(
+                f"RemoteComponent: the server answered {path!r} with shape {value.shape}; "
+                f"abstract_eval promised {spec.shape}."
+            )
+        out.append(value.astype(spec.dtype, copy=False))
+    return out
 
 
 def _zero_tangent(sds: jax.ShapeDtypeStruct) -> jax.Array:

@@ -53,7 +53,9 @@ def leaf_specs(specs: Any) -> list[dict[str, Any]]:
     """The component's leaf specs as JSON-ready dicts (``...`` becomes ``"..."``)."""
     out = []
     for spec in specs:
-        if dataclasses.is_dataclass(spec):
+        if hasattr(spec, "to_dict"):
+            fields = spec.to_dict()
+        elif dataclasses.is_dataclass(spec):
             fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
         elif hasattr(spec, "model_dump"):
             fields = spec.model_dump()
