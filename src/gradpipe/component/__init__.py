@@ -1,0 +1,40 @@
+"""gradpipe.component: serve a JAX function or pipeline with typed inputs and outputs
+and autodiff endpoints (`apply`, `jacobian`, `jvp`, `vjp`, `abstract_eval`), with an
+exact residual cache.
+
+Declare the inputs and outputs as pydantic models with `Array[dtype, shape]` fields
+(wrapped in `Differentiable[...]` where derivatives are wanted) and plain static
+fields; wrap the function with `Component`.
+
+Paths address one leaf: ``x``, ``layer.w`` (nested model), ``layers[0].w`` (list
+index), ``bands[red]`` or ``bands["a key"]`` (dict key). See `Component` for the
+details and `docs/guides/components.md` for a walk-through.
+"""
+
+try:
+    import pydantic  # noqa: F401
+except ImportError as error:  # pragma: no cover
+    raise ImportError(
+        "gradpipe.component needs pydantic: pip install 'gradpipe[component]'"
+    ) from error
+
+from ._component import Component
+from ._keys import ContentKey
+from ._paths import ComponentInputError, canonical_path
+from ._residuals import CacheInfo, CacheLimits, ResidualCache, Residuals
+from ._schema import Array, ArraySpec, Differentiable, LeafSpec
+
+__all__ = [
+    "Array",
+    "ArraySpec",
+    "CacheInfo",
+    "CacheLimits",
+    "Component",
+    "ComponentInputError",
+    "ContentKey",
+    "Differentiable",
+    "LeafSpec",
+    "ResidualCache",
+    "Residuals",
+    "canonical_path",
+]

@@ -1,0 +1,367 @@
+"""`Component`: a JAX function or pipeline with typed inputs and outputs and five
+autodiff endpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import pydantic
+
+import jax
+from gradpipe.core import Operator
+
+from ._endpoints import Programs, Selection, Signature
+from ._keys import ContentKey
+from ._paths import ComponentInputError, canonical_path
+from ._residuals import CacheLimits, ResidualCache, Residuals
+from ._schema import LeafSpec, leaf_specs, model_node
+from ._tree import flatten_inputs, rebuild, validation_error
+
+__all__ = ["Component"]
+
+
+class Component:
+    """A JAX function or gradpipe pipeline served with typed inputs and outputs and
+    five endpoints: `apply`, `jacobian`, `jvp`, `vjp` and `abstract_eval`.
+
+    **How ``fn`` is called.** ``fn`` receives the validated input as a nested dict
+    (models become dicts, lists stay lists, array fields are JAX arrays or tracers,
+    static fields keep their Python values) and returns a dict (or model instance)
+    shaped like the output model. Two shortcuts make a pipeline a component with no
+    extra code: an `Operator` (a `Sequential`, a `JaxSequential`, ...) given an input
+    model with exactly one field receives that field's value positionally; and when
+    the output model has exactly one field, a return value that is not a dict is that
+    field's value.
+
+    **Paths.** Gradient endpoints address leaves by path: ``x``, ``layer.w``,
+    ``layers[0].w``, ``bands[red]`` (see `gradpipe.component`). They accept only
+    `Differentiable` array leaves. Tangents and cotangents are dicts from path to
+    array, shape-checked against the leaf. Results are dicts keyed by the paths as
+    the caller wrote them. Derivatives with respect to or of integer and bool arrays
+    are NumPy zeros of dtype ``jax.dtypes.float0``.
+
+    **Compilation.** Static inputs are part of the compiled function, never traced.
+    Each endpoint compiles once per (input structure and static values, array shapes
+    and dtypes, sorted path sets) and reuses the compiled function afterwards.
+
+    **Residual cache** (on by default). `apply` runs the forward pass through
+    ``jax.vjp`` and keeps the residuals under an exact key of the whole input
+    (`ContentKey`: bitwise on the arrays, typed on static values); a following `vjp`
+    on the same input runs only the jitted backward pass. The cache belongs to this
+    component, is thread-safe, and is bounded by `CacheLimits`. Pass
+    ``residual_cache=False`` to run `apply` as a plain forward pass; use `apply_keep`
+    and `vjp_from` to hold residuals yourself.
+
+    **Arguments:**
+
+    - `fn`: a JAX-traceable callable (see above).
+    - `inputs`, `outputs`: pydantic models built from `Array`, `Differentiable`,
+      nested models, lists and dicts of them, and plain static fields (inputs only).
+    - `residual_cache`: ``True`` (default limits), ``False``, or a `CacheLimits`.
+
+    ```python
+    class In(pydantic.BaseModel):
+        x: Differentiable[Array[np.float32, (None,)]]
+        n: int
+
+    class Out(pydantic.BaseModel):
+        y: Differentiable[Array[np.float32, (None,)]]
+
+    comp = Component(lambda d: {"y": jnp.sin(d["x"]) ** d["n"]}, inputs=In, outputs=Out)
+    comp.apply({"x": [0.1, 0.2], "n": 2})["y"]
+    comp.vjp({"x": [0.1, 0.2], "n": 2}, ["x"], ["y"], {"y": [1.0, 1.0]})["x"]
+    ```
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        inputs: type[pydantic.BaseModel],
+        outputs: type[pydantic.BaseModel],
+        residual_cache: bool | CacheLimits = True,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"Component needs a callable fn, got {type(fn).__name__}.")
+        for name, model in (("inputs", inputs), ("outputs", outputs)):
+            if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
+                raise TypeError(f"Component {name}= must be a pydantic.BaseModel subclass.")
+        self.fn = fn
+        self.input_model = inputs
+        self.output_model = outputs
+        self._in_node = model_node(inputs)
+        self._out_node = model_node(outputs)
+        static_out = [s.path for s in leaf_specs(self._out_node) if s.kind != "array"]
+        if static_out:
+            raise TypeError(f"Output fields must be arrays (Array[...]); {static_out[0]!r} is not.")
+        if residual_cache is True:
+            residual_cache = CacheLimits()
+        self.residual_cache: ResidualCache | None = (
+            ResidualCache(residual_cache) if isinstance(residual_cache, CacheLimits) else None
+        )
+        self._params, static_fn = eqx.partition(fn, eqx.is_array)
+        in_fields = list(inputs.model_fields)
+        out_fields = list(outputs.model_fields)
+        positional = in_fields[0] if isinstance(fn, Operator) and len(in_fields) == 1 else None
+        only_output = out_fields[0] if len(out_fields) == 1 else None
+
+        def call(params: Any, tree: dict[str, Any]) -> Any:
+            f = eqx.combine(params, static_fn)
+            result = f(tree[positional]) if positional is not None else f(tree)
+            if only_output is not None and not isinstance(result, Mapping | pydantic.BaseModel):
+                result = {only_output: result}
+            return result
+
+        self._programs = Programs(call, self._in_node, self._out_node)
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__name__", type(self.fn).__name__)
+        return (
+            f"Component({name}, inputs={self.input_model.__name__}, "
+            f"outputs={self.output_model.__name__})"
+        )
+
+    # -- schema ------------------------------------------------------------------
+
+    def input_spec(self) -> list[LeafSpec]:
+        """Every input leaf: path pattern, kind, dtype, shape, differentiability."""
+        return leaf_specs(self._in_node)
+
+    def output_spec(self) -> list[LeafSpec]:
+        """Every output leaf, as `input_spec`."""
+        return leaf_specs(self._out_node)
+
+    # -- endpoints ---------------------------------------------------------------
+
+    def apply(self, inputs: Mapping[str, Any] | pydantic.BaseModel) -> dict[str, Any]:
+        """Run the function. **Returns** the outputs as a nested dict of JAX arrays.
+
+        With the residual cache on, the residuals are kept for a following `vjp`.
+        """
+        flat, sig = self._prepare(inputs)
+        if self.residual_cache is not None and sig.diff_in and sig.diff_out:
+            leaves, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
+            self.residual_cache.put(
+                ContentKey(flat.structure, flat.arrays), Residuals(self, sig, vjp_fn)
+            )
+        else:
+            leaves = self._programs.apply(sig)(self._params, flat.arrays)
+        return rebuild(self._out_node, sig.out_structure, leaves)
+
+    def apply_keep(
+        self, inputs: Mapping[str, Any] | pydantic.BaseModel
+    ) -> tuple[dict[str, Any], Residuals]:
+        """Run the function and keep the residuals of its backward pass (whatever the
+        cache setting). **Returns** ``(outputs, residuals)``; pass the residuals to
+        `vjp_from` of this component."""
+        flat, sig = self._prepare(inputs)
+        leaves, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
+        return rebuild(self._out_node, sig.out_structure, leaves), Residuals(self, sig, vjp_fn)
+
+    def vjp(
+        self,
+        inputs: Mapping[str, Any] | pydantic.BaseModel,
+        vjp_inputs: list[str],
+        vjp_outputs: list[str],
+        cotangents: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The vector-Jacobian product: ``cotangents`` (keyed by output path) pulled back
+        to the inputs ``vjp_inputs``. **Returns** ``{input path: array}``."""
+        flat, sig = self._prepare(inputs)
+        ins = sig.select(vjp_inputs, "input", "vjp input")
+        outs = sig.select(vjp_outputs, "output", "vjp output")
+        vectors = _vectors(sig, outs, cotangents, "output", "cotangent")
+        if self.residual_cache is not None:
+            residuals = self.residual_cache.get(ContentKey(flat.structure, flat.arrays))
+            if residuals is not None:
+                return self._pull(residuals, ins, outs, vectors)
+        f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
+        grads: dict[int, Any] = {}
+        if f_ins and f_outs:
+            program = self._programs.vjp(sig, f_ins, f_outs)
+            result = program(self._params, flat.arrays, tuple(vectors[o] for o in f_outs))
+            grads = dict(zip(f_ins, result))
+        return _fill(ins, grads, sig.in_avals)
+
+    def vjp_from(
+        self,
+        residuals: Residuals,
+        vjp_inputs: list[str],
+        vjp_outputs: list[str],
+        cotangents: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """`vjp` from the residuals `apply_keep` returned: only the backward pass runs."""
+        if not isinstance(residuals, Residuals) or residuals._owner is not self:
+            raise ValueError("vjp_from takes the residuals of this component's apply_keep.")
+        sig = residuals._signature
+        ins = sig.select(vjp_inputs, "input", "vjp input")
+        outs = sig.select(vjp_outputs, "output", "vjp output")
+        return self._pull(
+            residuals, ins, outs, _vectors(sig, outs, cotangents, "output", "cotangent")
+        )
+
+    def _pull(self, residuals: Residuals, ins: Selection, outs: Selection,
+              vectors: dict[int, Any]) -> dict[str, Any]:  # fmt: skip
+        sig = residuals._signature
+        f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
+        grads: dict[int, Any] = {}
+        if f_ins and f_outs:
+            program = self._programs.backward(sig, f_ins, f_outs)
+            result = program(residuals._vjp_fn, tuple(vectors[o] for o in f_outs))
+            grads = dict(zip(f_ins, result))
+        return _fill(ins, grads, sig.in_avals)
+
+    def jvp(
+        self,
+        inputs: Mapping[str, Any] | pydantic.BaseModel,
+        jvp_inputs: list[str],
+        jvp_outputs: list[str],
+        tangents: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The Jacobian-vector product: ``tangents`` (keyed by input path) pushed
+        forward to the outputs ``jvp_outputs``. **Returns** ``{output path: array}``."""
+        flat, sig = self._prepare(inputs)
+        ins = sig.select(jvp_inputs, "input", "jvp input")
+        outs = sig.select(jvp_outputs, "output", "jvp output")
+        vectors = _vectors(sig, ins, tangents, "input", "tangent")
+        f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
+        pushed: dict[int, Any] = {}
+        if f_ins and f_outs:
+            program = self._programs.jvp(sig, f_ins, f_outs)
+            result = program(self._params, flat.arrays, tuple(vectors[i] for i in f_ins))
+            pushed = dict(zip(f_outs, result))
+        return _fill(outs, pushed, sig.out_avals)
+
+    def jacobian(
+        self,
+        inputs: Mapping[str, Any] | pydantic.BaseModel,
+        jac_inputs: list[str],
+        jac_outputs: list[str],
+        mode: Literal["auto", "fwd", "rev"] = "auto",
+    ) -> dict[str, dict[str, Any]]:
+        """The Jacobian blocks ``{output path: {input path: array}}``, each of shape
+        ``output.shape + input.shape``. ``mode="auto"`` uses forward mode when the
+        chosen inputs have no more elements than the chosen outputs, else reverse."""
+        if mode not in ("auto", "fwd", "rev"):
+            raise ValueError(f"jacobian mode must be 'auto', 'fwd' or 'rev', got {mode!r}.")
+        flat, sig = self._prepare(inputs)
+        ins = sig.select(jac_inputs, "input", "jacobian input")
+        outs = sig.select(jac_outputs, "output", "jacobian output")
+        f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
+        blocks: dict[tuple[int, int], Any] = {}
+        if f_ins and f_outs:
+            if mode == "auto":
+                n_in = sum(int(np.prod(sig.in_avals[i].shape)) for i in f_ins)
+                n_out = sum(int(np.prod(sig.out_avals[o].shape)) for o in f_outs)
+                mode = "fwd" if n_in <= n_out else "rev"
+            result = self._programs.jacobian(sig, f_ins, f_outs, mode)(self._params, flat.arrays)
+            for o, row in zip(f_outs, result):
+                for i, block in zip(f_ins, row):
+                    blocks[(o, i)] = block
+        jac: dict[str, dict[str, Any]] = {}
+        for out_path, o in outs.items:
+            jac[out_path] = {}
+            for in_path, i in ins.items:
+                if (o, i) in blocks:
+                    jac[out_path][in_path] = blocks[(o, i)]
+                else:
+                    shape = sig.out_avals[o].shape + sig.in_avals[i].shape
+                    jac[out_path][in_path] = np.zeros(shape, jax.dtypes.float0)
+        return jac
+
+    def abstract_eval(self, abstract_inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The output shapes and dtypes for inputs given by shape and dtype: array
+        leaves of ``abstract_inputs`` are ``{"shape": [...], "dtype": "float32"}``,
+        static leaves are values. Nothing is computed. **Returns** the outputs with
+        ``{"shape": [...], "dtype": "..."}`` at every array leaf."""
+        flat = flatten_inputs(self._in_node, abstract_inputs, abstract=True)
+        sig = self._programs.signature(
+            self._params, flat.structure, flat.arrays, flat.paths, flat.nodes
+        )
+        leaves = [{"shape": list(a.shape), "dtype": np.dtype(a.dtype).name} for a in sig.out_avals]
+        return rebuild(self._out_node, sig.out_structure, leaves)
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _prepare(self, inputs: Any) -> tuple[Any, Signature]:
+        if isinstance(inputs, self.input_model):
+            model = inputs
+        elif isinstance(inputs, Mapping):
+            try:
+                model = self.input_model.model_validate(inputs)
+            except pydantic.ValidationError as error:
+                raise validation_error(self._in_node, error) from None
+        else:
+            raise ComponentInputError(
+                "",
+                f"Inputs must be a dict or a {self.input_model.__name__} instance, "
+                f"got {type(inputs).__name__}.",
+            )
+        flat = flatten_inputs(self._in_node, model)
+        sig = self._programs.signature(
+            self._params, flat.structure, flat.arrays, flat.paths, flat.nodes
+        )
+        return flat, sig
+
+
+def _inexact(selection: Selection, differentiable: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(i for i in selection.indices if i in differentiable)
+
+
+def _fill(selection: Selection, computed: dict[int, Any], avals: tuple[Any, ...]) -> dict[str, Any]:
+    """The result per requested path: computed arrays; zeros of the leaf's dtype for
+    an inexact leaf nothing flowed into; ``float0`` zeros for integer leaves."""
+    result: dict[str, Any] = {}
+    for path, i in selection.items:
+        if i in computed:
+            result[path] = computed[i]
+        elif jnp.issubdtype(avals[i].dtype, jnp.inexact):
+            result[path] = jnp.zeros(avals[i].shape, avals[i].dtype)
+        else:
+            result[path] = np.zeros(avals[i].shape, jax.dtypes.float0)
+    return result
+
+
+def _vectors(sig: Signature, selection: Selection, given: Any, side: str,
+             what: str) -> dict[int, Any]:  # fmt: skip
+    """Tangents or cotangents by leaf index, checked to match the selection exactly
+    and to have the shape of the leaf they address, cast to the leaf's dtype."""
+    if not isinstance(given, Mapping):
+        raise ComponentInputError("", f"The {what}s must be a dict from path to array.")
+    by_path = {canonical_path(k, what=f"{what} path"): v for k, v in given.items()}
+    paths = sig.in_paths if side == "input" else sig.out_paths
+    avals = sig.in_avals if side == "input" else sig.out_avals
+    wanted = {paths[i]: (name, i) for name, i in selection.items}
+    for path in by_path:
+        if path not in wanted:
+            raise ComponentInputError(
+                path, f"A {what} was given for {path!r}, which is not among the {side}s chosen."
+            )
+    vectors: dict[int, Any] = {}
+    for canonical, (name, i) in wanted.items():
+        if canonical not in by_path:
+            raise ComponentInputError(name, f"The {what} for {name!r} is missing.")
+        value = by_path[canonical]
+        if not isinstance(value, jax.Array):
+            try:
+                value = np.asarray(value)
+            except (TypeError, ValueError):
+                value = np.asarray(None)
+        if value.dtype != jax.dtypes.float0 and not (
+            np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_
+            or jnp.issubdtype(value.dtype, jnp.floating)
+        ):  # fmt: skip
+            raise ComponentInputError(name, f"The {what} for {name!r} must be a numeric array.")
+        if tuple(value.shape) != tuple(avals[i].shape):
+            raise ComponentInputError(
+                name,
+                f"The {what} for {name!r} has shape {tuple(value.shape)}, expected "
+                f"{tuple(avals[i].shape)} (the shape of that {side}).",
+            )
+        if jnp.issubdtype(avals[i].dtype, jnp.inexact):
+            vectors[i] = jnp.asarray(value, dtype=avals[i].dtype)
+    return vectors

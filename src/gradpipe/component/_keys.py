@@ -1,0 +1,207 @@
+"""Exact content keys for the residual cache.
+
+A `ContentKey` stands for one complete input of one component. Two keys are equal
+only when the inputs are the same to the bit, so that a cached backward pass is never
+served for an input that merely looks equal. Each field of the key is there to stop a
+specific wrong answer:
+
+- **Static values carry their type and exact bits** (`StaticValue`). ``1 == 1.0 ==
+  True`` and ``-0.0 == 0.0`` in Python, yet a function may branch on the type or the
+  sign; comparing bare values would hand one input the other's gradient. Floats are
+  compared by their IEEE bits, so a NaN static equals itself and a key holding one
+  can be found again.
+- **The structure is compared, not hashed.** It holds the dict keys (sorted), list
+  lengths and which optional fields are ``None``, so a dict with equal keys and
+  swapped values, or a list split differently, is a different key. A key is never
+  collapsed into an ``int``: a bare hash makes every collision a silent wrong
+  gradient (CPython hashes ``-1`` and ``-2`` alike).
+- **Every array contributes dtype, shape, weak type and devices**, so ``int64[4]``
+  and ``int64[2, 2]`` holding the same bytes, or equal bytes read as different
+  dtypes, are different keys.
+- **Array contents are compared bitwise where they live.** A fingerprint is computed
+  by a jitted reduction on the array's devices (no host copy) and only narrows the
+  search; `__eq__` decides by comparing the bits on the device, so ``-0.0`` differs
+  from ``0.0`` and NaN equals itself. The fingerprint salts each word with its
+  position, so a permuted array lands elsewhere. The same immutable ``jax.Array``
+  object is equal to itself without reading it.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+import jax
+
+__all__ = ["ContentKey", "StaticValue", "bitwise_equal", "fingerprint"]
+
+
+# -- static values ---------------------------------------------------------------
+
+
+def _exact(value: Any) -> Any:
+    """A hashable stand-in that is equal only for values of the same type and bits."""
+    kind = type(value)
+    if value is None or kind in (bool, int, str, bytes):
+        return (kind, value)
+    if kind is float:
+        return (kind, struct.pack("<d", value))
+    if kind is complex:
+        return (kind, struct.pack("<dd", value.real, value.imag))
+    if kind in (list, tuple):
+        return (kind, tuple(_exact(v) for v in value))
+    if kind is dict:
+        items = sorted(((_exact(k), _exact(v)) for k, v in value.items()), key=repr)
+        return (kind, tuple(items))
+    if isinstance(value, enum.Enum):
+        return (kind, value.name)
+    if isinstance(value, np.ndarray | np.generic):
+        return (kind, value.dtype.str, value.shape, value.tobytes())
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(
+            f"a static value of type {kind.__name__} is not hashable, so it cannot be "
+            f"part of a cache key; use a str, number, bool, None, list or dict."
+        ) from None
+    return (kind, value)
+
+
+class StaticValue:
+    """A non-array leaf of an input, compared by type and exact bits."""
+
+    __slots__ = ("_exact", "_hash", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._exact = _exact(value)
+        self._hash = hash(self._exact)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StaticValue) and self._exact == other._exact
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"StaticValue({self.value!r})"
+
+
+# -- array contents, on the device -------------------------------------------------
+
+
+def _bits(x: jax.Array) -> list[jax.Array]:
+    """``x`` reinterpreted as unsigned integers of the same width."""
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return _bits(jnp.real(x)) + _bits(jnp.imag(x))
+    if x.dtype == jnp.bool_:
+        return [x.astype(jnp.uint8)]
+    unsigned = jnp.dtype(f"uint{8 * x.dtype.itemsize}")
+    return [jax.lax.bitcast_convert_type(x, unsigned)]
+
+
+def _spread(x: jax.Array) -> jax.Array:
+    # An xorshift-multiply finalizer: every input bit flips about half the output bits.
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = x * jnp.uint32(0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def _words(bits: jax.Array) -> list[jax.Array]:
+    flat = bits.ravel()
+    if flat.dtype.itemsize == 8:
+        return [flat.astype(jnp.uint32), (flat >> 32).astype(jnp.uint32)]
+    return [flat.astype(jnp.uint32)]
+
+
+@jax.jit
+def _fingerprint(arrays: tuple[jax.Array, ...]) -> jax.Array:
+    h = jnp.uint32(len(arrays))
+    for x in arrays:
+        for lane, words in enumerate(w for b in _bits(x) for w in _words(b)):
+            position = jax.lax.iota(jnp.uint32, words.size)
+            salted = words + (position + jnp.uint32(lane)) * jnp.uint32(0x9E3779B1)
+            h = _spread(h * jnp.uint32(0x01000193) + jnp.sum(_spread(salted), dtype=jnp.uint32))
+    return h
+
+
+def fingerprint(arrays: tuple[jax.Array, ...]) -> jax.Array:
+    """A 32-bit digest of the arrays' bits, computed where they live; it narrows a
+    search and never decides equality. Returns a device scalar (``int()`` waits)."""
+    return _fingerprint(arrays)
+
+
+@jax.jit
+def _bitwise_equal(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> jax.Array:
+    same = jnp.bool_(True)
+    for x, y in zip(a, b):
+        for xb, yb in zip(_bits(x), _bits(y)):
+            same = same & jnp.all(xb == yb)
+    return same
+
+
+def bitwise_equal(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> bool:
+    """Whether two sequences of arrays of equal dtypes and shapes hold the same bits."""
+    return bool(_bitwise_equal(a, b))
+
+
+# -- the key ----------------------------------------------------------------------
+
+
+def _meta(x: jax.Array) -> tuple[Any, ...]:
+    return (x.dtype, x.shape, x.weak_type, frozenset(x.devices()))
+
+
+class ContentKey:
+    """The exact identity of one input: structure (with static values) and arrays.
+
+    **Arguments:**
+
+    - `structure`: a hashable token with everything but the arrays (see `_tree`).
+    - `arrays`: the array leaves, as JAX arrays, in a fixed order.
+    """
+
+    __slots__ = ("_hash", "arrays", "groups", "metas", "structure")
+
+    def __init__(self, structure: Any, arrays: tuple[jax.Array, ...]) -> None:
+        self.structure = structure
+        self.arrays = arrays
+        self.metas = tuple(_meta(x) for x in arrays)
+        # One jitted call reads all arrays on one set of devices.
+        groups: dict[frozenset, list[int]] = {}
+        for i, meta in enumerate(self.metas):
+            groups.setdefault(meta[3], []).append(i)
+        self.groups = tuple(tuple(ix) for ix in groups.values())
+        digests = [fingerprint(tuple(arrays[i] for i in ix)) for ix in self.groups]
+        self._hash = hash((structure, self.metas, tuple(int(d) for d in digests)))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(x.nbytes for x in self.arrays)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, ContentKey):
+            return NotImplemented
+        if (
+            self._hash != other._hash
+            or self.metas != other.metas
+            or self.structure != other.structure
+        ):
+            return False
+        for ix in self.groups:
+            pairs = [(self.arrays[i], other.arrays[i]) for i in ix]
+            pairs = [(x, y) for x, y in pairs if x is not y]
+            if pairs and not bitwise_equal(tuple(x for x, _ in pairs), tuple(y for _, y in pairs)):
+                return False
+        return True

@@ -1,0 +1,164 @@
+"""Residuals of a forward pass, and the per-component cache that keeps them.
+
+`Component.apply` can run the forward pass through ``jax.vjp`` and keep what the
+backward pass needs (the *residuals*), so that a following `Component.vjp` on the
+same input runs only the backward pass. The cache is keyed by `ContentKey`, which
+compares inputs to the bit; it belongs to one component, so two components called
+with equal inputs never see each other's entries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from ._keys import ContentKey
+
+__all__ = ["CacheInfo", "CacheLimits", "ResidualCache", "Residuals"]
+
+
+@dataclass(frozen=True)
+class CacheLimits:
+    """Bounds of a component's residual cache: the least recently used entries are
+    dropped once either bound is passed. An entry larger than `max_bytes` is never
+    kept.
+
+    **Arguments:**
+
+    - `max_entries`: how many inputs' residuals to keep.
+    - `max_bytes`: how many bytes of residuals and key arrays to keep.
+    """
+
+    max_entries: int = 8
+    max_bytes: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        if self.max_entries < 0 or self.max_bytes < 0:
+            raise ValueError(f"CacheLimits must be non-negative, got {self}.")
+
+
+class Residuals:
+    """What the backward pass of one input needs, kept on the device.
+
+    Opaque: pass it to `Component.vjp_from` of the component that made it. `nbytes`
+    counts the device memory it holds, so a server can bound what it keeps.
+    """
+
+    __slots__ = ("_owner", "_signature", "_vjp_fn", "nbytes")
+
+    def __init__(self, owner: object, signature: Any, vjp_fn: Any) -> None:
+        self._owner = owner
+        self._signature = signature
+        self._vjp_fn = vjp_fn
+        self.nbytes = sum(leaf.nbytes for leaf in _unique_arrays(vjp_fn))
+
+    def __repr__(self) -> str:
+        return f"Residuals(nbytes={self.nbytes})"
+
+
+def _unique_arrays(tree: Any) -> list[jax.Array]:
+    seen: dict[int, jax.Array] = {}
+    for leaf in jax.tree.leaves(tree):
+        if isinstance(leaf, jax.Array):
+            seen.setdefault(id(leaf), leaf)
+    return list(seen.values())
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """Counters of a `ResidualCache`: `hits`, `misses`, `entries` and `nbytes` held."""
+
+    hits: int
+    misses: int
+    entries: int
+    nbytes: int
+
+
+@dataclass(frozen=True, eq=False)
+class _Entry:
+    key: ContentKey
+    residuals: Residuals
+    nbytes: int
+
+
+class ResidualCache:
+    """A thread-safe LRU map from `ContentKey` to `Residuals`, bounded by entries and
+    bytes.
+
+    Lookups compare candidate keys outside the lock (an equality check reads the
+    arrays on their device), so threads do not queue behind each other's
+    comparisons; an entry is immutable, so one evicted meanwhile still answers
+    correctly.
+
+    **Arguments:**
+
+    - `limits`: a `CacheLimits`.
+    """
+
+    def __init__(self, limits: CacheLimits | None = None) -> None:
+        self.limits = limits or CacheLimits()
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._serial = 0
+        self._nbytes = 0
+        self._hits = 0
+        self._misses = 0
+
+    def _find(self, key: ContentKey) -> tuple[int, _Entry] | None:
+        with self._lock:
+            candidates = [(n, e) for n, e in self._entries.items() if hash(e.key) == hash(key)]
+        for serial, entry in candidates:
+            if entry.key == key:
+                return serial, entry
+        return None
+
+    def get(self, key: ContentKey) -> Residuals | None:
+        """The residuals kept for an input equal to ``key``, or ``None``."""
+        found = self._find(key)
+        with self._lock:
+            if found is None:
+                self._misses += 1
+                return None
+            self._hits += 1
+            if found[0] in self._entries:
+                self._entries.move_to_end(found[0])
+        return found[1].residuals
+
+    def put(self, key: ContentKey, residuals: Residuals) -> bool:
+        """Keep ``residuals`` under ``key``; whether they were kept."""
+        held = {id(a) for a in _unique_arrays(residuals._vjp_fn)}
+        nbytes = residuals.nbytes + sum(a.nbytes for a in key.arrays if id(a) not in held)
+        if nbytes > self.limits.max_bytes or self.limits.max_entries == 0:
+            return False
+        found = self._find(key)
+        with self._lock:
+            if found is not None and found[0] in self._entries:
+                self._nbytes -= self._entries.pop(found[0]).nbytes
+            self._serial += 1
+            self._entries[self._serial] = _Entry(key, residuals, nbytes)
+            self._nbytes += nbytes
+            while (
+                len(self._entries) > self.limits.max_entries or self._nbytes > self.limits.max_bytes
+            ):
+                _, dropped = self._entries.popitem(last=False)
+                self._nbytes -= dropped.nbytes
+        return True
+
+    def clear(self) -> None:
+        """Drop every entry (the counters stay)."""
+        with self._lock:
+            self._entries.clear()
+            self._nbytes = 0
+
+    def info(self) -> CacheInfo:
+        """The current `CacheInfo`."""
+        with self._lock:
+            return CacheInfo(self._hits, self._misses, len(self._entries), self._nbytes)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)

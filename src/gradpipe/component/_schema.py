@@ -1,0 +1,412 @@
+"""Schema types for a component's pydantic models: `Array`, `Differentiable`, and the
+tree of nodes a `Component` reads from a model to flatten its inputs and outputs.
+
+```python
+class Inputs(pydantic.BaseModel):
+    x: Differentiable[Array[np.float32, (None,)]]   # a vector of any length
+    w: Differentiable[Array[np.float32, (3, 3)]]    # a fixed 3x3 matrix
+    t: Array[np.float32, ()]                        # a scalar, not differentiated
+    any_rank: Array[np.int32, ...]                  # any shape
+    n: int                                          # a static input
+```
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import numpy as np
+import pydantic
+from pydantic_core import core_schema
+
+import jax
+
+from ._paths import join_name
+
+__all__ = [
+    "DIFFERENTIABLE",
+    "Array",
+    "ArrayNode",
+    "ArraySpec",
+    "Differentiable",
+    "DictNode",
+    "LeafSpec",
+    "ListNode",
+    "ModelNode",
+    "Node",
+    "OptionalNode",
+    "StaticNode",
+    "build_node",
+    "can_cast",
+    "is_inexact",
+    "leaf_specs",
+    "model_node",
+]
+
+
+# -- dtypes --------------------------------------------------------------------
+
+# The order in which a value may be cast up: bool -> unsigned -> signed -> float ->
+# complex. A cast down the order (float to int) would lose information silently.
+_KIND_RANK = {"b": 0, "u": 1, "i": 2, "f": 3, "c": 4}
+
+
+def _kind(dtype: np.dtype) -> str | None:
+    if dtype == np.bool_:
+        return "b"
+    for kind, abstract in (("u", np.unsignedinteger), ("i", np.signedinteger)):
+        if np.issubdtype(dtype, abstract):
+            return kind
+    if jax.numpy.issubdtype(dtype, jax.numpy.floating):
+        return "f"
+    if np.issubdtype(dtype, np.complexfloating):
+        return "c"
+    return None
+
+
+def can_cast(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether a value of dtype ``src`` may be cast to ``dst`` on input."""
+    if src == dst:
+        return True
+    a, b = _kind(src), _kind(dst)
+    if a is None or b is None:
+        return False
+    if a == "i" and b == "u":
+        return False
+    return _KIND_RANK[a] <= _KIND_RANK[b]
+
+
+def is_inexact(dtype: np.dtype) -> bool:
+    """Whether arrays of ``dtype`` have non-trivial tangents (floats and complex)."""
+    return _kind(np.dtype(dtype)) in ("f", "c")
+
+
+# -- Array ---------------------------------------------------------------------
+
+
+class ArraySpec:
+    """The dtype and shape an array field accepts; the metadata behind `Array`.
+
+    A shape is a tuple of sizes, where ``None`` accepts any size and one ``...``
+    accepts any number of axes; ``...`` alone accepts any shape and ``()`` a scalar.
+    """
+
+    def __init__(self, dtype: Any, shape: Any) -> None:
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(
+                f"Array[...] needs a NumPy dtype such as np.float32, got {dtype!r}."
+            ) from None
+        if _kind(self.dtype) is None:
+            raise TypeError(f"Array[...] needs a numeric or bool dtype, got {self.dtype}.")
+        if shape is Ellipsis:
+            shape = (...,)
+        if not isinstance(shape, tuple) or not all(
+            s is None or s is Ellipsis or (isinstance(s, int) and s >= 0) for s in shape
+        ):
+            raise TypeError(
+                f"Array[...] needs a shape: a tuple of sizes, None (any size) and at most "
+                f"one ... (any number of axes), or ... alone; got {shape!r}."
+            )
+        if shape.count(...) > 1:
+            raise TypeError(f"Array shape {shape!r} holds more than one '...'.")
+        self.shape: tuple[Any, ...] = shape
+
+    def __repr__(self) -> str:
+        return f"Array[{self.dtype.name}, {self.shape_text()}]"
+
+    def shape_text(self) -> str:
+        inner = ", ".join("..." if s is ... else str(s) for s in self.shape)
+        return f"({inner},)" if len(self.shape) == 1 else f"({inner})"
+
+    def shape_matches(self, shape: tuple[int, ...]) -> bool:
+        spec = self.shape
+        if ... in spec:
+            cut = spec.index(...)
+            head, tail = spec[:cut], spec[cut + 1 :]
+            if len(shape) < len(head) + len(tail):
+                return False
+            pairs = list(zip(head, shape[: len(head)]))
+            pairs += list(zip(tail, shape[len(shape) - len(tail) :]))
+        else:
+            if len(shape) != len(spec):
+                return False
+            pairs = list(zip(spec, shape))
+        return all(s is None or s == n for s, n in pairs)
+
+    def check(self, shape: tuple[int, ...], dtype: np.dtype) -> str | None:
+        """Why an array of ``shape`` and ``dtype`` does not fit, or ``None``."""
+        if not can_cast(np.dtype(dtype), self.dtype):
+            return f"expected dtype {self.dtype.name} (or one that casts to it), got {dtype}"
+        if not self.shape_matches(tuple(shape)):
+            return f"expected shape {self.shape_text()}, got {tuple(shape)}"
+        return None
+
+    def validate(self, value: Any) -> Any:
+        """``value`` as an array of this dtype: JAX arrays stay JAX arrays (cast on
+        their device), anything else becomes a NumPy array."""
+        if isinstance(value, jax.core.Tracer):
+            raise ValueError(
+                "got a JAX tracer; component endpoints take concrete arrays. Call the "
+                "component's function directly inside jit/grad."
+            )
+        if not isinstance(value, jax.Array):
+            try:
+                value = np.asarray(value)
+            except (ValueError, TypeError) as error:
+                raise ValueError(f"expected an array of {self.dtype.name}: {error}") from None
+        problem = self.check(value.shape, value.dtype)
+        if problem:
+            raise ValueError(problem)
+        if value.dtype != self.dtype:
+            value = value.astype(self.dtype)
+        return value
+
+    # pydantic hooks: validation is a plain function; JSON schema describes nested
+    # lists of numbers with the dtype and shape as extension keys.
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return core_schema.no_info_plain_validator_function(
+            self.validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                _serialize_array, info_arg=True
+            ),
+        )
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        number = {"b": "boolean", "u": "integer", "i": "integer"}.get(_kind(self.dtype), "number")
+        js: dict[str, Any] = {"type": number}
+        if ... not in self.shape:
+            for size in reversed(self.shape):
+                js = {"type": "array", "items": js}
+                if size is not None:
+                    js.update(minItems=size, maxItems=size)
+        else:
+            js = {}
+        js["x-dtype"] = self.dtype.name
+        js["x-shape"] = ["..." if s is ... else s for s in self.shape]
+        return js
+
+
+def _serialize_array(value: Any, info: Any) -> Any:
+    return np.asarray(value).tolist() if info.mode == "json" else value
+
+
+class Array:
+    """An array field: ``Array[dtype, shape]``.
+
+    ``dtype`` is a NumPy dtype (``np.float32``, ``"int32"``...); ``shape`` a tuple of
+    sizes with ``None`` for any size and at most one ``...`` for any number of axes,
+    or ``...`` alone for any shape; ``()`` is a scalar. Values are validated and cast
+    up to ``dtype`` (``int`` to ``float`` is accepted, ``float`` to ``int`` is not):
+    NumPy arrays, nested lists and numbers become NumPy arrays, JAX arrays stay on
+    their device. Array fields are traced (a new value does not recompile); wrap
+    them in `Differentiable` to take derivatives with respect to them.
+    """
+
+    def __class_getitem__(cls, params: Any) -> Any:
+        if not isinstance(params, tuple) or len(params) != 2:
+            raise TypeError("Write Array[dtype, shape], e.g. Array[np.float32, (None, 3)].")
+        return Annotated[Any, ArraySpec(*params)]
+
+
+class _DifferentiableMarker:
+    def __repr__(self) -> str:
+        return "Differentiable"
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        js = dict(handler(schema))
+        js["x-differentiable"] = True
+        return js
+
+
+DIFFERENTIABLE = _DifferentiableMarker()
+
+
+class Differentiable:
+    """Marks an `Array` field as one the gradient endpoints may differentiate with
+    respect to (inputs) or of (outputs): ``Differentiable[Array[np.float32, (None,)]]``.
+
+    Derivatives with respect to or of integer and bool arrays are zeros of dtype
+    ``jax.dtypes.float0``, as in JAX.
+    """
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        if _array_spec(item) is None:
+            raise TypeError(f"Differentiable[...] takes an Array[...] type, got {item!r}.")
+        return Annotated[item, DIFFERENTIABLE]
+
+
+def _array_spec(annotation: Any) -> ArraySpec | None:
+    if get_origin(annotation) is Annotated:
+        for meta in annotation.__metadata__:
+            if isinstance(meta, ArraySpec):
+                return meta
+    return None
+
+
+# -- nodes: what a Component reads from a model ----------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayNode:
+    spec: ArraySpec
+    differentiable: bool
+
+
+@dataclass(frozen=True, eq=False)
+class StaticNode:
+    annotation: Any
+
+    def validate(self, value: Any) -> Any:
+        return _adapter(self.annotation).validate_python(value)
+
+
+@dataclass(frozen=True, eq=False)
+class ModelNode:
+    model: type[pydantic.BaseModel]
+    fields: tuple[tuple[str, Node], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class ListNode:
+    item: Node
+
+
+@dataclass(frozen=True, eq=False)
+class DictNode:
+    value: Node
+
+
+@dataclass(frozen=True, eq=False)
+class OptionalNode:
+    inner: Node
+
+
+Node = ArrayNode | StaticNode | ModelNode | ListNode | DictNode | OptionalNode
+
+_ADAPTERS: dict[int, pydantic.TypeAdapter] = {}
+
+
+def _adapter(annotation: Any) -> pydantic.TypeAdapter:
+    key = id(annotation)
+    if key not in _ADAPTERS:
+        _ADAPTERS[key] = pydantic.TypeAdapter(annotation)
+    return _ADAPTERS[key]
+
+
+def _has_arrays(node: Node) -> bool:
+    return not isinstance(node, StaticNode)
+
+
+def build_node(annotation: Any, where: str) -> Node:
+    """The node for a field annotation; ``where`` names the field in errors."""
+    spec = _array_spec(annotation)
+    if spec is not None:
+        return ArrayNode(spec, DIFFERENTIABLE in annotation.__metadata__)
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        if DIFFERENTIABLE in annotation.__metadata__:
+            raise TypeError(f"{where}: Differentiable[...] applies to Array[...] fields only.")
+        return build_node(args[0], where)
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return model_node(annotation, where)
+    if origin is list:
+        item = build_node(args[0] if args else Any, f"{where}[*]")
+        return ListNode(item) if _has_arrays(item) else StaticNode(annotation)
+    if origin is dict:
+        value = build_node(args[1] if args else Any, f"{where}[*]")
+        if not _has_arrays(value):
+            return StaticNode(annotation)
+        if args[0] is not str:
+            raise TypeError(f"{where}: a dict holding arrays needs str keys, got {args[0]!r}.")
+        return DictNode(value)
+    if origin in (Union, types.UnionType):
+        arms = [a for a in args if a is not type(None)]
+        nodes = [build_node(a, where) for a in arms]
+        if not any(_has_arrays(n) for n in nodes):
+            return StaticNode(annotation)
+        if len(arms) == 1 and len(args) == 2:
+            return OptionalNode(nodes[0])
+        raise TypeError(
+            f"{where}: a union holding arrays or models is only supported as "
+            f"'X | None'; got {annotation!r}."
+        )
+    if origin in (tuple, set, frozenset) and any(
+        _has_arrays(build_node(a, where)) for a in args if a is not Ellipsis
+    ):
+        raise TypeError(f"{where}: put arrays in a list, dict or model, not in {origin.__name__}.")
+    return StaticNode(annotation)
+
+
+def model_node(model: type[pydantic.BaseModel], where: str = "") -> ModelNode:
+    fields = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if info.metadata:
+            annotation = Annotated[(annotation, *info.metadata)]
+        fields.append((name, build_node(annotation, join_name(where, name))))
+    return ModelNode(model, tuple(fields))
+
+
+# -- flat description ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """One leaf of a component's inputs or outputs, as `Component.input_spec` lists it.
+
+    - `path`: the path pattern, ``[*]`` standing for any list index or dict key.
+    - `kind`: ``"array"`` or ``"static"``.
+    - `dtype`: the dtype name of an array (``None`` for a static leaf).
+    - `shape`: sizes, ``None`` for any size and ``...`` for any number of axes.
+    - `differentiable`: whether gradient endpoints accept this leaf.
+    - `optional`: whether the leaf (or a model holding it) may be ``None``.
+    - `annotation`: the Python type of a static leaf, as text.
+    """
+
+    path: str
+    kind: str
+    dtype: str | None
+    shape: tuple[Any, ...] | None
+    differentiable: bool
+    optional: bool = False
+    annotation: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``...`` in a shape becomes the string ``"..."``."""
+        shape = None if self.shape is None else ["..." if s is ... else s for s in self.shape]
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "shape": shape,
+            "differentiable": self.differentiable,
+            "optional": self.optional,
+            "annotation": self.annotation,
+        }
+
+
+def leaf_specs(node: Node, path: str = "", optional: bool = False) -> list[LeafSpec]:
+    """Every leaf under ``node``, in the order a Component flattens them."""
+    if isinstance(node, ArrayNode):
+        return [
+            LeafSpec(path, "array", node.spec.dtype.name, node.spec.shape, node.differentiable,
+                     optional)
+        ]  # fmt: skip
+    if isinstance(node, StaticNode):
+        text = getattr(node.annotation, "__name__", None) or repr(node.annotation)
+        return [LeafSpec(path, "static", None, None, False, optional, text)]
+    if isinstance(node, ModelNode):
+        return [
+            spec
+            for name, child in node.fields
+            for spec in leaf_specs(child, join_name(path, name), optional)
+        ]
+    if isinstance(node, ListNode):
+        return leaf_specs(node.item, f"{path}[*]", optional)
+    if isinstance(node, DictNode):
+        return leaf_specs(node.value, f"{path}[*]", optional)
+    return leaf_specs(node.inner, path, True)
