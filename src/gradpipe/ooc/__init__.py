@@ -1,0 +1,48 @@
+"""Out-of-core arrays: disk-backed `DiskArray`s with blocked, differentiable operations.
+
+A `DiskArray` keeps its data in a paged file; operations read and write it tile by
+tile within a `MemoryBudget`, and work eagerly and under `jax.jit` and `jax.grad`
+(gradients are `DiskArray`s too).
+
+```python
+import jax, numpy as np
+from gradpipe import ooc
+
+X = ooc.DiskArray.from_numpy(np.random.rand(100_000, 64).astype(np.float32))
+w = ooc.DiskArray.zeros((64, 1))
+y = ooc.DiskArray.from_numpy(np.random.rand(100_000, 1).astype(np.float32))
+loss = lambda w: ooc.mean(ooc.square(X @ w - y))
+g = jax.jit(jax.grad(loss))(w)          # a DiskArray
+```
+"""
+
+from ._array import DiskArray
+from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
+from ._driver import Driver, set_progress
+from ._hijax import DiskArrayType
+from ._iostats import IOStats, io_stats, reset_io_stats
+from ._op import BlockParallelOp, CustomOp, make_op
+from ._storage import FORMAT_VERSION, get_scratch_dir, set_scratch_dir
+from .ops import *  # noqa: F403
+from .ops import __all__ as _ops_all
+
+__all__ = [
+    "FORMAT_VERSION",
+    "RSS_OVERHEAD_BYTES",
+    "BlockParallelOp",
+    "CustomOp",
+    "DiskArray",
+    "DiskArrayType",
+    "Driver",
+    "IOStats",
+    "MemoryBudget",
+    "get_budget",
+    "get_scratch_dir",
+    "io_stats",
+    "make_op",
+    "reset_io_stats",
+    "set_default_budget",
+    "set_progress",
+    "set_scratch_dir",
+    *_ops_all,
+]

@@ -1,0 +1,298 @@
+"""`DiskArray`: an array whose shape and dtype are known and whose data is on disk."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _handles
+from ._budget import MemoryBudget, default_page_shape, get_budget
+from ._storage import PagedFile
+
+__all__ = ["DiskArray"]
+
+
+def _is_concrete(handle: Any) -> bool:
+    return isinstance(handle, (int, np.integer)) or (
+        isinstance(handle, np.ndarray) and handle.shape == ()
+    )
+
+
+class DiskArray:
+    """An array on disk that `gradpipe.ooc` operations read and write tile by tile.
+
+    A `DiskArray` passes through `jax.jit` and `jax.grad` as a typed value (shape
+    and dtype, never the data): arrays of equal shape and dtype share one
+    compilation, and the gradient of a loss with respect to a `DiskArray` is a
+    `DiskArray`. Data moves only inside out-of-core operations, which run on the
+    host in tiles that fit the `MemoryBudget`.
+
+    Create one with `DiskArray.from_numpy`, `from_memmap`, `open`, `zeros` or
+    `full`; read it back with `to_numpy`.
+
+    ```python
+    a = DiskArray.from_numpy(np.ones((4096, 4096), np.float32))
+    loss = jax.jit(lambda w: ooc.sum(ooc.square(a @ w)))
+    ```
+    """
+
+    __array_priority__ = 100  # so `np_scalar * disk_array` defers to us
+
+    def __init__(self, _file, shape, dtype, _handle):
+        self._file = _file
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self._handle = _handle
+
+    # -- construction ----------------------------------------------------------
+
+    @classmethod
+    def _wrap(cls, f: PagedFile) -> DiskArray:
+        return cls(f, f.shape, f.dtype, _handles.register(f))
+
+    @classmethod
+    def _from_handle(cls, handle, shape, dtype) -> DiskArray:
+        """The value for a lowered handle: a claimed file, or a traced handle."""
+        if not _is_concrete(handle):
+            return cls(None, shape, dtype, handle)
+        return cls(_handles.claim(int(handle)), shape, dtype, int(handle))
+
+    @classmethod
+    def zeros(cls, shape, dtype=np.float32, *, path=None, budget=None) -> DiskArray:
+        """An all-zero array on disk (a fresh file, sparse where the file system allows)."""
+        return cls.full(shape, 0, dtype, path=path, budget=budget)
+
+    @classmethod
+    def full(cls, shape, fill_value, dtype=np.float32, *, path=None, budget=None) -> DiskArray:
+        """An array on disk with every element equal to ``fill_value``."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        f = _new_file(shape, dtype, path, None, budget)
+        try:
+            if fill_value != 0:
+                for r in _row_chunks(f):
+                    f.write(r, np.asarray(fill_value, f.dtype))
+        except BaseException:
+            f.discard()
+            raise
+        return cls._wrap(f.commit())
+
+    @classmethod
+    def from_numpy(
+        cls,
+        array: np.ndarray,
+        *,
+        path: str | os.PathLike | None = None,
+        page_shape: tuple[int, ...] | None = None,
+        budget: MemoryBudget | int | str | None = None,
+    ) -> DiskArray:
+        """Copy ``array`` (a NumPy array or `np.memmap`) to a new array file.
+
+        **Arguments:**
+
+        - `array`: the data; a memmap is copied page row by page row, so it never
+          needs to fit in memory.
+        - `path`: where to keep the file; by default a scratch file, removed when
+          the `DiskArray` is collected. A named file appears only once complete.
+        - `page_shape`: the storage page; by default about budget/16 bytes.
+        - `budget`: the budget the default page shape is derived from.
+        """
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        f = _new_file(array.shape, array.dtype, path, page_shape, budget)
+        try:
+            for r in _row_chunks(f):
+                f.write(r, array[r])
+        except BaseException:
+            f.discard()
+            raise
+        return cls._wrap(f.commit())
+
+    from_memmap = from_numpy
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, writable: bool = False) -> DiskArray:
+        """Open an array file written by `from_numpy(..., path=...)` or `save`."""
+        return cls._wrap(PagedFile.open(path, writable=writable))
+
+    # -- reading ---------------------------------------------------------------
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def path(self) -> str | None:
+        """The file holding the data (``None`` for the symbolic all-zero array)."""
+        return getattr(self._concrete_file("path"), "path", None)
+
+    def _concrete_file(self, what: str):
+        if not _is_concrete(self._handle):
+            raise TypeError(
+                f"DiskArray.{what} needs the data, but this DiskArray is being traced by JAX "
+                "(inside jax.jit/grad). Return it from the traced function and use it outside."
+            )
+        if self._file is None:
+            return _handles.ZeroFile(self.shape, self.dtype)
+        return self._file
+
+    def to_numpy(self, *, force: bool = False, budget: MemoryBudget | int | str | None = None):
+        """The whole array in memory.
+
+        Refuses with a `MemoryError` (giving the size) when the array is larger than
+        the memory budget, unless ``force=True``.
+        """
+        f = self._concrete_file("to_numpy()")
+        b = get_budget(budget)
+        if self.nbytes > b.nbytes and not force:
+            raise MemoryError(
+                f"DiskArray.to_numpy(): the array is {self.nbytes / 2**20:.1f} MiB, more than "
+                f"the {b}. Read tiles with ooc.slice_rows/ooc.slice_tile, raise the budget, "
+                "or pass force=True."
+            )
+        return f.read(None)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.to_numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def save(self, path: str | os.PathLike) -> DiskArray:
+        """Copy to a named file (written under a temporary name, then renamed)."""
+        src = self._concrete_file("save()")
+        f = PagedFile.create(self.shape, self.dtype, src.page_shape, path=path)
+        try:
+            for r in _row_chunks(f):
+                f.write(r, src.read(r))
+        except BaseException:
+            f.discard()
+            raise
+        return DiskArray._wrap(f.commit())
+
+    def __repr__(self) -> str:
+        where = self.path if _is_concrete(self._handle) else "traced"
+        return f"DiskArray(shape={self.shape}, dtype={self.dtype}, file={where!r})"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    # -- operations (thin forwards to gradpipe.ooc.ops) --------------------------
+
+    def __matmul__(self, other):
+        from . import ops
+
+        return ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        from . import ops
+
+        return ops.matmul(other, self)
+
+    def __add__(self, other):
+        from . import ops
+
+        return ops.add(self, other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        from . import ops
+
+        return ops.subtract(self, other)
+
+    def __rsub__(self, other):
+        from . import ops
+
+        return ops.subtract(other, self)
+
+    def __mul__(self, other):
+        from . import ops
+
+        return ops.multiply(self, other)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        from . import ops
+
+        return ops.divide(self, other)
+
+    def __rtruediv__(self, other):
+        from . import ops
+
+        return ops.divide(other, self)
+
+    def __neg__(self):
+        from . import ops
+
+        return ops.negative(self)
+
+    def __pow__(self, other):
+        from . import ops
+
+        return ops.power(self, other)
+
+    @property
+    def T(self) -> DiskArray:
+        from . import ops
+
+        return ops.transpose(self)
+
+    def __getitem__(self, index):
+        from . import ops
+
+        return ops.getitem(self, index)
+
+    def sum(self, axis=None, keepdims=False):
+        from . import ops
+
+        return ops.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        from . import ops
+
+        return ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        from . import ops
+
+        return ops.max(self, axis=axis, keepdims=keepdims)
+
+    def update_(self, value):
+        """Write ``value`` into this array's file; returns the updated array.
+
+        See `gradpipe.ooc.update_`.
+        """
+        from . import ops
+
+        return ops.update_(self, value)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _new_file(shape, dtype, path, page_shape, budget) -> PagedFile:
+    shape = tuple(int(n) for n in shape)
+    dtype = np.dtype(dtype)
+    if page_shape is None:
+        page_shape = default_page_shape(shape, dtype.itemsize, get_budget(budget))
+    return PagedFile.create(shape, dtype, page_shape, path=path)
+
+
+def _row_chunks(f: PagedFile):
+    """Regions of whole page rows, one page-row high: bounded-memory copies."""
+    if not f.shape:
+        yield ()
+        return
+    step = f.page_shape[0]
+    for start in range(0, f.shape[0], step):
+        yield (slice(start, min(start + step, f.shape[0])), *(slice(0, n) for n in f.shape[1:]))

@@ -1,0 +1,165 @@
+"""`MemoryBudget`: how many bytes of tiles an out-of-core operation may hold at once.
+
+The budget is resolved when an operation is called (or traced, under `jax.jit`):
+the per-call ``budget=`` argument wins, then the innermost ``with MemoryBudget(...)``
+block, then the process default (`set_default_budget`, initially 1 GiB). Tile
+shapes are derived from it per operation, number of inputs and phase by `plan_tiles`.
+
+Peak resident memory of a process running out-of-core operations stays within the
+budget plus `RSS_OVERHEAD_BYTES` on top of what the process held before (the
+interpreter, NumPy, JAX and their buffers are that "before"); the test suite
+checks this in a subprocess on arrays several times the budget.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import math
+import re
+from collections.abc import Callable
+
+__all__ = ["RSS_OVERHEAD_BYTES", "MemoryBudget", "get_budget", "set_default_budget"]
+
+#: Resident memory beyond the budget that an operation may use: BLAS workspace,
+#: thread stacks, page-run buffers of reads that straddle pages, allocator slack.
+RSS_OVERHEAD_BYTES = 64 * 2**20
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6}
+_UNITS |= {"mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tib": 2**40}
+
+
+def _parse_bytes(value: int | str) -> int:
+    if isinstance(value, bool):
+        raise TypeError("MemoryBudget(nbytes) takes an int or a string like '512MiB', got bool.")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise ValueError(f"MemoryBudget(nbytes={value!r}): give an int or a string like '512MiB'.")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBudget:
+    """The most bytes of tiles one out-of-core operation holds in memory at a time.
+
+    **Arguments:**
+
+    - `nbytes`: an int, or a string such as ``"512MiB"`` or ``"2GB"``.
+
+    Use it as a context manager to set the budget of every operation called inside,
+    or pass it as ``budget=`` to one operation:
+
+    ```python
+    with MemoryBudget("256MiB"):
+        y = ooc.matmul(a, b)
+    y = ooc.matmul(a, b, budget=MemoryBudget("1GiB"))
+    ```
+    """
+
+    nbytes: int
+
+    def __init__(self, nbytes: int | str):
+        n = _parse_bytes(nbytes)
+        if n < 4096:
+            raise ValueError(f"MemoryBudget(nbytes={nbytes!r}) is below the 4096-byte minimum.")
+        object.__setattr__(self, "nbytes", n)
+
+    def __enter__(self) -> MemoryBudget:
+        tokens = self.__dict__.setdefault("_tokens", [])
+        tokens.append(_current.set(self))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _current.reset(self.__dict__["_tokens"].pop())
+
+    def __repr__(self) -> str:
+        return f"MemoryBudget({self.nbytes / 2**20:.1f} MiB)"
+
+    def __hash__(self) -> int:
+        return hash(self.nbytes)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, MemoryBudget) and other.nbytes == self.nbytes
+
+
+_default = [MemoryBudget(2**30)]
+_current: contextvars.ContextVar[MemoryBudget | None] = contextvars.ContextVar(
+    "gradpipe_ooc_budget", default=None
+)
+
+
+def set_default_budget(budget: MemoryBudget | int | str) -> None:
+    """Set the process-wide default budget (used outside any ``with MemoryBudget``)."""
+    _default[0] = budget if isinstance(budget, MemoryBudget) else MemoryBudget(budget)
+
+
+def get_budget(budget: MemoryBudget | int | str | None = None) -> MemoryBudget:
+    """The budget in force: ``budget`` if given, else the context's, else the default."""
+    if budget is not None:
+        return budget if isinstance(budget, MemoryBudget) else MemoryBudget(budget)
+    return _current.get() or _default[0]
+
+
+# ---------------------------------------------------------------- tile planning
+
+
+def default_page_shape(
+    shape: tuple[int, ...], itemsize: int, budget: MemoryBudget
+) -> tuple[int, ...]:
+    """Page shape for a new array: about budget/16 bytes (at most 16 MiB), square-ish,
+    each side a power of two or the whole axis, so the tiles `plan_tiles` picks
+    (also powers of two) line up with pages."""
+    target = max(4096, min(budget.nbytes // 16, 16 * 2**20)) // itemsize
+    return _shrink_to(shape, target)
+
+
+def _shrink_to(shape: tuple[int, ...], max_elements: int) -> tuple[int, ...]:
+    sides = list(shape)
+    while math.prod(sides) > max(max_elements, 1):
+        ax = max(range(len(sides)), key=lambda a: sides[a])
+        sides[ax] = _halve(sides[ax])
+    return tuple(max(s, 1) for s in sides)
+
+
+def _halve(n: int) -> int:
+    """The largest power of two strictly below ``n`` (and at least 1)."""
+    return max(1, 1 << ((n - 1).bit_length() - 1)) if n > 1 else 1
+
+
+def plan_tiles(
+    loop_shape: tuple[int, ...],
+    bytes_for: Callable[[tuple[int, ...]], int],
+    budget: MemoryBudget,
+    *,
+    what: str,
+) -> tuple[int, ...]:
+    """The tile (one size per loop axis) whose working set fits ``budget``.
+
+    ``bytes_for(tile)`` is the bytes one step of the operation holds with that tile
+    (inputs double buffered, accumulators, kernel temporaries). Starting from the
+    whole loop, the axis whose halving saves the most bytes is halved until the
+    working set fits. Raises `MemoryError` naming the operation when even a tile of
+    one element per axis does not fit.
+    """
+    tile = list(loop_shape)
+    while bytes_for(tuple(tile)) > budget.nbytes:
+        best, best_bytes = None, None
+        for ax, t in enumerate(tile):
+            if t <= 1:
+                continue
+            trial = [*tile[:ax], _halve(t), *tile[ax + 1 :]]
+            b = bytes_for(tuple(trial))
+            # prefer the biggest saving; break ties towards the longest axis
+            key = (b, -t)
+            if best_bytes is None or key < best_bytes:
+                best, best_bytes = ax, key
+        if best is None:
+            raise MemoryError(
+                f"{what}: a single-element tile needs {bytes_for(tuple(tile))} bytes, more "
+                f"than the {budget}. Raise the budget."
+            )
+        tile[best] = _halve(tile[best])
+    return tuple(tile)

@@ -1,0 +1,254 @@
+"""The tile loop that runs a `BlockParallelOp` forward or backward on array files.
+
+The loop walks output tiles in C order with the reduction tiles innermost. While
+one step computes, a background thread reads the next step's input tiles (double
+buffering), so disk time hides behind the arithmetic when tiles are large. Block
+kernels are NumPy (OpenBLAS), measured faster than XLA's CPU matmul on this kind of
+machine (see ``benchmarks/ooc_kernel.py``); they run on the calling host thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ._budget import MemoryBudget, plan_tiles
+from ._storage import PagedFile, Region
+
+__all__ = ["Driver", "set_progress"]
+
+_progress = [False]
+
+
+def set_progress(enabled: bool) -> None:
+    """Show (or hide) a tqdm progress bar for long out-of-core operations.
+
+    Off by default in library calls; the CLI and the demo turn it on.
+    """
+    _progress[0] = bool(enabled)
+
+
+def _regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
+    ranges = [range(0, max(n, 1), t) if n else range(0, 1) for n, t in zip(shape, tile)]
+    for starts in itertools.product(*ranges):
+        yield tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
+
+
+def _nbytes(region: Region | None, itemsize: int) -> int:
+    if region is None:
+        return itemsize
+    return math.prod(s.stop - s.start for s in region) * itemsize
+
+
+Value = PagedFile | np.ndarray  # an array file, or a 0-d in-memory value
+
+
+class Driver:
+    """Runs block-parallel operations on array files under one memory budget.
+
+    It is also the toolkit a `CustomOp` receives: `allocate`, `read`, `write` and
+    `run` (a nested block-parallel operation).
+    """
+
+    def __init__(self, budget: MemoryBudget, name: str = "ooc"):
+        self.budget = budget
+        self.name = name
+
+    # -- toolkit -------------------------------------------------------------
+
+    def allocate(self, shape, dtype, page_shape=None) -> PagedFile:
+        """A new zero-filled scratch array file (call ``.commit()`` once written)."""
+        from ._budget import default_page_shape
+
+        shape = tuple(shape)
+        if page_shape is None:
+            page_shape = default_page_shape(shape, np.dtype(dtype).itemsize, self.budget)
+        return PagedFile.create(shape, dtype, page_shape)
+
+    @staticmethod
+    def read(value: Value, region: Region | None) -> np.ndarray:
+        if isinstance(value, PagedFile):
+            return value.read(region)
+        return np.asarray(value)
+
+    # -- planning --------------------------------------------------------------
+
+    def _plan(self, op, inputs: Sequence[Value], phase: str) -> tuple[tuple, tuple, tuple]:
+        shapes = [tuple(v.shape) for v in inputs]
+        out_shape = tuple(op.output_shape(*shapes))
+        red_shape = tuple(op.reduction_shape(*shapes))
+        sizes = [np.dtype(v.dtype).itemsize for v in inputs]
+        out_item = np.dtype(op.output_dtype(*[v.dtype for v in inputs])).itemsize
+        n_out = len(out_shape)
+
+        def bytes_for(tile: tuple[int, ...]) -> int:
+            out_r = tuple(slice(0, t) for t in tile[:n_out])
+            red_r = tuple(slice(0, t) for t in tile[n_out:])
+            regions = op.index_map(out_r, red_r, *shapes)
+            ins = sum(_nbytes(r, s) for r, s in zip(regions, sizes))
+            out = _nbytes(out_r, out_item)
+            if phase == "forward":
+                return 2 * ins + 3 * out
+            return 2 * ins + 3 * out + 3 * ins
+
+        preferred = getattr(op, "preferred_tile", None)
+        loop = out_shape + red_shape
+        what = f"{self.name} ({phase}, {len(inputs)} inputs)"
+        if preferred is not None:
+            tile = tuple(min(a, b) for a, b in zip(preferred(*shapes), loop))
+            if bytes_for(tile) <= self.budget.nbytes:
+                return out_shape, red_shape, tile
+        return out_shape, red_shape, plan_tiles(loop, bytes_for, self.budget, what=what)
+
+    def _steps(self, op, shapes, out_shape, red_shape, tile):
+        n_out = len(out_shape)
+        for out_r in _regions(out_shape, tile[:n_out]):
+            reds = list(_regions(red_shape, tile[n_out:]))
+            for k, red_r in enumerate(reds):
+                yield out_r, k == 0, k == len(reds) - 1, op.index_map(out_r, red_r, *shapes)
+
+    def _prefetched(self, steps, sources: Sequence[Value]):
+        """Yield (step, blocks) with the next step's blocks read on a background thread."""
+        last: list[tuple[Any, np.ndarray | None]] = [(None, None)] * len(sources)
+        lock = threading.Lock()
+
+        def load(regions):
+            blocks = []
+            for i, (src, r) in enumerate(zip(sources, regions)):
+                key = None if r is None else tuple((s.start, s.stop) for s in r)
+                with lock:
+                    prev_key, prev = last[i]
+                if prev is not None and key == prev_key:
+                    blocks.append(prev)
+                    continue
+                b = self.read(src, r)
+                with lock:
+                    last[i] = (key, b)
+                blocks.append(b)
+            return blocks
+
+        steps = iter(steps)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradpipe-ooc-read") as pool:
+            step = next(steps, None)
+            fut = pool.submit(load, step[-1]) if step is not None else None
+            while step is not None:
+                blocks = fut.result()
+                nxt = next(steps, None)
+                fut = pool.submit(load, nxt[-1]) if nxt is not None else None
+                yield step, blocks
+                step = nxt
+
+    def _bar(self, total: int, phase: str):
+        if not _progress[0] or total < 2:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=f"{self.name} {phase}", unit="tile", leave=False)
+
+    # -- forward ----------------------------------------------------------------
+
+    def forward(self, op, inputs: Sequence[Value]) -> Value:
+        """Run ``op`` forward; a new committed scratch file, or a 0-d array."""
+        shapes = [tuple(v.shape) for v in inputs]
+        out_shape, red_shape, tile = self._plan(op, inputs, "forward")
+        dtype = op.output_dtype(*[v.dtype for v in inputs])
+        out = PagedFile.create(out_shape, dtype, tile[: len(out_shape)]) if out_shape else None
+        steps = self._steps(op, shapes, out_shape, red_shape, tile)
+        total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
+        bar = self._bar(total, "forward")
+        acc = None
+        try:
+            for (out_r, first, last, _), blocks in self._prefetched(steps, inputs):
+                part = op.forward_block(*blocks)
+                acc = part if first else op.combine(acc, part)
+                if last and out is not None:
+                    out.write(out_r, acc)
+                if bar is not None:
+                    bar.update()
+        except BaseException:
+            if out is not None:
+                out.discard()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        if out is None:
+            return np.asarray(acc, dtype)
+        return out.commit()
+
+    # -- backward ---------------------------------------------------------------
+
+    def backward(
+        self, op, inputs: Sequence[Value], output: Value | None, g: Value, wants: Sequence[bool]
+    ) -> list[Value | None]:
+        """Gradients of ``op`` for every input where ``wants`` is true (else None).
+
+        Each step's input gradients are added into the gradient files; a region
+        written for the first time is written without reading it back.
+        """
+        shapes = [tuple(v.shape) for v in inputs]
+        out_shape, red_shape, tile = self._plan(op, inputs, "backward")
+        uses_out = getattr(op, "backward_uses_output", False)
+        first_regions = op.index_map(
+            tuple(slice(0, t) for t in tile[: len(out_shape)]),
+            tuple(slice(0, t) for t in tile[len(out_shape) :]),
+            *shapes,
+        )
+        grads: list[Any] = []
+        for v, w, r in zip(inputs, wants, first_regions):
+            if not w:
+                grads.append(None)
+            elif v.shape == ():
+                grads.append(np.zeros((), v.dtype))
+            else:
+                page = tuple(s.stop - s.start for s in r)
+                grads.append(PagedFile.create(v.shape, v.dtype, page))
+        touched: list[set] = [set() for _ in inputs]
+        # sources: inputs, then g, then (optionally) the forward output
+        extra = [g] + ([output] if uses_out else [])
+        steps = (
+            (
+                out_r,
+                first,
+                last,
+                (*regions, out_r if g.shape else None) + ((out_r,) if uses_out else ()),
+            )
+            for out_r, first, last, regions in self._steps(op, shapes, out_shape, red_shape, tile)
+        )
+        total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
+        bar = self._bar(total, "backward")
+        try:
+            for (_, _, _, regions), blocks in self._prefetched(steps, [*inputs, *extra]):
+                n = len(inputs)
+                args = (blocks[n], *([blocks[n + 1]] if uses_out else []), *blocks[:n])
+                parts = op.backward_block(*args)
+                for i, (gr, part) in enumerate(zip(grads, parts)):
+                    if gr is None or part is None:
+                        continue
+                    if isinstance(gr, np.ndarray):
+                        grads[i] = gr + np.sum(part)
+                        continue
+                    r = regions[i]
+                    key = tuple((s.start, s.stop) for s in r)
+                    if key in touched[i]:
+                        gr.write(r, gr.read(r) + part)
+                    else:
+                        gr.write(r, part)
+                        touched[i].add(key)
+                if bar is not None:
+                    bar.update()
+        except BaseException:
+            for gr in grads:
+                if isinstance(gr, PagedFile):
+                    gr.discard()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return [gr.commit() if isinstance(gr, PagedFile) else gr for gr in grads]

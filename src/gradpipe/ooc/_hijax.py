@@ -1,0 +1,387 @@
+"""Every touch of `jax.experimental.hijax`, for jax 0.10.2 up to 0.12.
+
+`jax.experimental.hijax` renamed its primitive base class inside the supported
+range (``VJPHiPrimitive`` up to 0.11.1, ``HiPrim`` from 0.11.2) and changed the
+``dce`` signature; this module hides both. It defines:
+
+- `DiskArrayType`, the JAX type of a `DiskArray`: shape and dtype only, lowered
+  to one ``int32`` handle (see `_handles`). Cotangents of one array used twice are
+  summed by `vspace_add`, which runs the out-of-core ``add``. (A ``custom_vjp``
+  with a float marker in place of the array would add the markers instead and
+  return a wrong gradient; that is why this is a hijax type.)
+- `OocPrim`, the primitive of one out-of-core operation, and `OocBackwardPrim`,
+  the primitive of its backward pass. Both run as host callbacks (`io_callback`,
+  ordered so that in-place updates happen in program order) under tracing, and
+  directly in eager calls.
+
+vmap and forward-mode differentiation are refused with a `TypeError`; so is
+differentiating a backward pass (second order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import hijax as _hx
+from jax.experimental import io_callback
+
+import jax
+
+from . import _handles
+from ._array import DiskArray, _is_concrete
+from ._budget import MemoryBudget
+from ._driver import Driver
+
+__all__ = ["DiskArrayType", "OocPrim", "as_input", "type_of"]
+
+_PrimBase: Any = getattr(_hx, "HiPrim", None) or _hx.VJPHiPrimitive
+_NEW_API = hasattr(_hx, "HiPrim")
+
+_VMAP_ERROR = (
+    "gradpipe.ooc operations do not support jax.vmap: {what}. Loop in Python over the "
+    "batch, or stack the batch into one DiskArray and use a blocked operation on it."
+)
+
+
+def _refuse_vmap(what: str):
+    raise TypeError(_VMAP_ERROR.format(what=what))
+
+
+# ---------------------------------------------------------------- the type
+
+
+class DiskArrayType(_hx.HiType):
+    """The JAX type of a `DiskArray`: its shape and dtype (the file is not part of it)."""
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+
+    ndim = property(lambda self: len(self.shape))
+    weak_type = False
+
+    def __hash__(self):
+        return hash((DiskArrayType, self.shape, self.dtype))
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, DiskArrayType)
+            and self.shape == other.shape
+            and self.dtype == other.dtype
+        )
+
+    def __repr__(self):
+        return self.str_short()
+
+    def str_short(self, short_dtypes=False, **_) -> str:
+        return f"DiskArray{{{self.dtype.name}{list(self.shape)}}}"
+
+    # lowering: one int32 handle
+    def lo_ty(self):
+        return [_hx.ShapedArray((), jnp.int32)]
+
+    def lower_val(self, hi_val, /):
+        h = hi_val._handle
+        if _is_concrete(h):
+            _handles.sweep()  # a new compiled call starts: drop the last one's leftovers
+            return [np.int32(h)]
+        return [h]
+
+    def raise_val(self, *lo_vals):
+        (h,) = lo_vals
+        if isinstance(h, jax.Array) and not isinstance(h, jax.core.Tracer):
+            h = int(h)
+        return DiskArray._from_handle(h, self.shape, self.dtype)
+
+    # autodiff: a DiskArray's tangent is a DiskArray of the same type
+    def to_tangent_aval(self):
+        return self
+
+    def vspace_zero(self):
+        return DiskArray(None, self.shape, self.dtype, _handles.ZERO_HANDLE)
+
+    def vspace_add(self, x, y):
+        for a, b in ((x, y), (y, x)):
+            h = getattr(a, "_handle", None)  # None for a traced DiskArray
+            if h is not None and _is_concrete(h) and int(h) == _handles.ZERO_HANDLE:
+                return b
+        from .ops import add
+
+        return add(x, y)
+
+    # vmap / scan
+    def dec_rank(self, size, spec):
+        _refuse_vmap(f"a DiskArray{list(self.shape)} cannot be mapped over")
+
+    def inc_rank(self, size, spec):
+        _refuse_vmap(f"a DiskArray{list(self.shape)} cannot be batched")
+
+    def leading_axis_spec(self):
+        _refuse_vmap("DiskArrays cannot be scanned over")
+
+    # operators on traced DiskArrays: jax calls `aval._add(tracer, other)`
+    def _matmul(self, x, other):
+        return _op("matmul")(x, other)
+
+    def _rmatmul(self, x, other):
+        return _op("matmul")(other, x)
+
+    def _add(self, x, other):
+        return _op("add")(x, other)
+
+    def _radd(self, x, other):
+        return _op("add")(other, x)
+
+    def _sub(self, x, other):
+        return _op("subtract")(x, other)
+
+    def _rsub(self, x, other):
+        return _op("subtract")(other, x)
+
+    def _mul(self, x, other):
+        return _op("multiply")(x, other)
+
+    def _rmul(self, x, other):
+        return _op("multiply")(other, x)
+
+    def _truediv(self, x, other):
+        return _op("divide")(x, other)
+
+    def _rtruediv(self, x, other):
+        return _op("divide")(other, x)
+
+    def _neg(self, x):
+        return _op("negative")(x)
+
+    def _pow(self, x, other):
+        return _op("power")(x, other)
+
+    def _getitem(self, x, idx):
+        return _op("getitem")(x, idx)
+
+    T = _hx.aval_property(lambda self: _op("transpose")(self))
+    update_ = _hx.aval_method(lambda self, value: _op("update_")(self, value))
+    sum = _hx.aval_method(lambda self, axis=None, keepdims=False: _op("sum")(self, axis, keepdims))
+    mean = _hx.aval_method(
+        lambda self, axis=None, keepdims=False: _op("mean")(self, axis, keepdims)
+    )
+    max = _hx.aval_method(lambda self, axis=None, keepdims=False: _op("max")(self, axis, keepdims))
+
+
+def _op(name: str):
+    from . import ops
+
+    return getattr(ops, name)
+
+
+_hx.register_hitype(DiskArray, lambda x: DiskArrayType(x.shape, x.dtype))
+
+
+def type_of(x) -> DiskArrayType | None:
+    """The `DiskArrayType` of a DiskArray or a traced one; ``None`` for anything else."""
+    if isinstance(x, DiskArray):
+        return DiskArrayType(x.shape, x.dtype)
+    aval = getattr(x, "aval", None)
+    return aval if isinstance(aval, DiskArrayType) else None
+
+
+def as_input(x, dtype, what: str):
+    """``x`` as an operation input: a DiskArray (or traced one), or a 0-d JAX value."""
+    if type_of(x) is not None:
+        return x
+    arr = jnp.asarray(x, dtype=dtype)
+    if arr.shape != ():
+        raise TypeError(
+            f"{what}: in-memory operands must be scalars, got shape {arr.shape}. Convert "
+            "arrays with DiskArray.from_numpy first."
+        )
+    return arr
+
+
+def _in_type(x):
+    t = type_of(x)
+    if t is not None:
+        return t
+    return _hx.ShapedArray((), np.dtype(x.dtype))
+
+
+# ---------------------------------------------------------------- host execution
+
+
+def _lower(x):
+    return x._handle if type_of(x) is not None and isinstance(x, DiskArray) else x
+
+
+def _resolve(t, v):
+    if isinstance(t, DiskArrayType):
+        return _handles.lookup(int(v), t.shape, t.dtype)
+    return np.asarray(v, t.dtype)
+
+
+def _export(t, value) -> np.ndarray:
+    if isinstance(t, DiskArrayType):
+        if isinstance(value, _handles.ZeroFile):
+            return np.int32(_handles.ZERO_HANDLE)
+        return np.int32(_handles.register(value, unclaimed=True))
+    return np.asarray(value, t.dtype)
+
+
+def _wrap_out(t, lo):
+    if isinstance(t, DiskArrayType):
+        return DiskArray._from_handle(lo, t.shape, t.dtype)
+    return lo if isinstance(lo, jax.core.Tracer) else jnp.asarray(lo)
+
+
+def _run_on_host(host_fn, in_types, out_types, args):
+    """Call ``host_fn`` on files and scalars: directly when concrete, else via io_callback."""
+    lo = [_lower(a) for a in args]
+
+    def on_host(*vals):
+        with _handles.callback_running():
+            outs = host_fn(*[_resolve(t, v) for t, v in zip(in_types, vals)])
+            return tuple(_export(t, o) for t, o in zip(out_types, outs))
+
+    if all(
+        _is_concrete(v) or (isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer))
+        for v in lo
+    ):
+        outs = on_host(*[np.asarray(v) for v in lo])
+    else:
+        specs = tuple(
+            jax.ShapeDtypeStruct((), jnp.int32 if isinstance(t, DiskArrayType) else t.dtype)
+            for t in out_types
+        )
+        outs = io_callback(on_host, specs, *lo, ordered=True)
+    return [_wrap_out(t, o) for t, o in zip(out_types, outs)]
+
+
+# ---------------------------------------------------------------- primitives
+
+
+class _Refusals:
+    """vmap and forward-mode refusals shared by both primitives."""
+
+    def batch(self, *args, **kwargs):
+        _refuse_vmap(f"{self.op!r} was called under vmap")
+
+    def batch_dim_rule(self, *args, **kwargs):
+        _refuse_vmap(f"{self.op!r} was called under vmap")
+
+    def jvp(self, primals, tangents):
+        raise TypeError(
+            f"gradpipe.ooc operations support reverse mode (jax.grad, jax.vjp) only; "
+            f"{self.op!r} was called under forward mode (jax.jvp, jax.jacfwd, jax.linearize)."
+        )
+
+
+class OocPrim(_Refusals, _PrimBase):
+    """One call of an out-of-core operation ``op`` on the given input types."""
+
+    def __init__(self, op, budget: MemoryBudget, in_types, *, backward_of=None):
+        self.in_avals = tuple(in_types)
+        self.out_aval = op.out_type(*in_types)
+        self.params = dict(op=op, budget=budget, in_types=self.in_avals, backward_of=backward_of)
+        super().__init__()
+
+    def expand(self, *args):
+        op, budget = self.op, self.budget
+
+        def host(*vals):
+            return (op.forward(Driver(budget, op.name), *vals),)
+
+        (out,) = _run_on_host(host, self.in_avals, (self.out_aval,), args)
+        return out
+
+    def vjp_fwd(self, nzs_in, *args):
+        if self.backward_of is not None:
+            _refuse_second_order(self.backward_of)
+        # Which inputs need a gradient: kept on this instance (one per call site and
+        # trace) because residuals may only hold JAX values.
+        self._wants = tuple(bool(nz) for nz in nzs_in)
+        out = self(*args)
+        return out, (args, out)
+
+    def vjp_bwd_retval(self, res, g):
+        args, out = res
+        wants = getattr(self, "_wants", (True,) * len(self.in_avals))
+        if isinstance(g, _hx.Zero):
+            return tuple(_zero_like(t) for t in self.in_avals)
+        rule = getattr(self.op, "backward_ops", None)
+        if rule is not None:
+            with _backward_marker(self.op):
+                grads = rule(args, out, g, wants, self.budget)
+            return tuple(
+                gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals)
+            )
+        prim = OocBackwardPrim(self.op, self.budget, self.in_avals, _in_type(g), wants)
+        return tuple(prim(*args, out, g))
+
+    def dce(self, used_outs, *live_ins):
+        if getattr(self.op, "has_side_effect", False):
+            return True, True, self
+        return super().dce(used_outs, *live_ins)
+
+
+class OocBackwardPrim(_Refusals, _PrimBase):
+    """The backward pass of ``op``: input gradients from inputs, output and cotangent."""
+
+    def __init__(self, op, budget, in_types, g_type, wants):
+        self.in_avals = (*in_types, op.out_type(*in_types), g_type)
+        self.out_aval = tuple(in_types)
+        self.params = dict(op=op, budget=budget, in_types=tuple(in_types), wants=wants)
+        super().__init__()
+
+    def expand(self, *args):
+        op, budget, wants = self.op, self.budget, self.wants
+        n = len(self.in_types)
+
+        def host(*vals):
+            return op.backward(Driver(budget, op.name), vals[:n], vals[n], vals[n + 1], wants)
+
+        return tuple(_run_on_host(host, self.in_avals, self.out_aval, args))
+
+    def vjp_fwd(self, nzs_in, *args):
+        _refuse_second_order(self.op)
+
+
+def _refuse_second_order(op):
+    raise TypeError(
+        f"gradpipe.ooc: differentiating the backward pass of {op!r} (second-order "
+        "differentiation, e.g. jax.grad of jax.grad or jax.hessian) is not supported. "
+        "Compute second derivatives in memory on a subset, or by finite differences of "
+        "the out-of-core gradient."
+    )
+
+
+class _backward_marker:
+    """While active, ops bound by a `backward_ops` rule refuse to be differentiated."""
+
+    active: list = []
+
+    def __init__(self, op):
+        self.op = op
+
+    def __enter__(self):
+        _backward_marker.active.append(self.op)
+
+    def __exit__(self, *exc):
+        _backward_marker.active.pop()
+
+
+def current_backward_of():
+    """The op whose backward rule is running (its ops refuse second order), or None."""
+    return _backward_marker.active[-1] if _backward_marker.active else None
+
+
+def _zero_like(t):
+    if isinstance(t, DiskArrayType):
+        return t.vspace_zero()
+    return jnp.zeros((), t.dtype)
+
+
+def bind(op, budget: MemoryBudget, *args):
+    """Apply ``op`` to ``args`` (DiskArrays, traced ones, or 0-d JAX values)."""
+    prim = OocPrim(op, budget, tuple(_in_type(a) for a in args), backward_of=current_backward_of())
+    return prim(*args)

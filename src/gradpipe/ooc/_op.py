@@ -1,0 +1,180 @@
+"""Authoring out-of-core operations: `BlockParallelOp`, `CustomOp` and `make_op`.
+
+A `BlockParallelOp` says how one tile of the output is computed from tiles of the
+inputs; the driver picks tile sizes from the memory budget, reads tiles ahead on a
+background thread, and runs forward and backward. A `CustomOp` gets the driver as
+a toolkit and does its own looping. `make_op` turns either into a public function
+that works eagerly and under `jax.jit` and `jax.grad`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from jax.experimental import hijax as _hx
+
+from ._budget import MemoryBudget, get_budget
+from ._hijax import DiskArrayType, as_input, bind, type_of
+
+__all__ = ["BlockParallelOp", "CustomOp", "make_op"]
+
+Region = tuple[slice, ...]
+
+
+class _OpBase:
+    """What every operation shares: a name and its output type."""
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def output_dtype(self, *dtypes) -> np.dtype:
+        """The output dtype (default: NumPy's promotion of the input dtypes)."""
+        return np.result_type(*dtypes)
+
+    def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+        raise NotImplementedError(f"{self.name} must define output_shape(*input_shapes).")
+
+    def out_type(self, *in_types):
+        shape = tuple(self.output_shape(*[t.shape for t in in_types]))
+        dtype = np.dtype(self.output_dtype(*[t.dtype for t in in_types]))
+        return DiskArrayType(shape, dtype) if shape else _hx.ShapedArray((), dtype)
+
+
+class BlockParallelOp(_OpBase):
+    """An operation computed tile by tile: subclass it, then call `make_op`.
+
+    The loop space is the output's axes followed by the reduction axes
+    (``reduction_shape``, empty for elementwise operations). For each output tile
+    and each reduction tile, `index_map` names the region of every input that
+    step reads; `forward_block` computes a partial output tile from those blocks;
+    `combine` folds the partials of one output tile together.
+
+    Subclasses define:
+
+    - `output_shape(*input_shapes)`: the output's shape (``()`` for a scalar).
+    - `index_map(out_region, red_region, *input_shapes)`: one region (a tuple of
+      slices) per input, or ``None`` for a 0-d input.
+    - `forward_block(*blocks)`: the partial output tile (NumPy in, NumPy out).
+    - `backward_block(g_block, *blocks)`: one gradient block per input, shaped
+      like that input's block (``None`` for no gradient); blocks of one input
+      region reached from several steps are added. With
+      ``backward_uses_output = True`` it is called as
+      ``backward_block(g_block, out_block, *blocks)``.
+    - optionally `reduction_shape(*input_shapes)` and `combine(acc, part)`
+      (default ``acc + part``).
+
+    Instances must be hashable (use a frozen dataclass for configuration): equal
+    operations on equal input types share one compilation.
+
+    ```python
+    @dataclasses.dataclass(frozen=True)
+    class Scale(BlockParallelOp):
+        factor: float
+        def output_shape(self, shape): return shape
+        def index_map(self, out_r, red_r, shape): return (out_r,)
+        def forward_block(self, x): return x * self.factor
+        def backward_block(self, g, x): return (g * self.factor,)
+
+    scale = make_op(Scale)
+    y = scale(x, factor=2.0)
+    ```
+    """
+
+    backward_uses_output: bool = False
+
+    def reduction_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+        return ()
+
+    def index_map(self, out_region: Region, red_region: Region, *shapes) -> Sequence[Region | None]:
+        raise NotImplementedError(f"{self.name} must define index_map.")
+
+    def forward_block(self, *blocks: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(f"{self.name} must define forward_block.")
+
+    def backward_block(self, g_block: np.ndarray, *blocks: np.ndarray):
+        raise NotImplementedError(f"{self.name} must define backward_block to be differentiated.")
+
+    def combine(self, acc: np.ndarray, part: np.ndarray) -> np.ndarray:
+        return acc + part
+
+    # -- what the primitives call ---------------------------------------------
+
+    def forward(self, driver, *inputs):
+        return driver.forward(self, inputs)
+
+    def backward(self, driver, inputs, output, g, wants):
+        return driver.backward(self, inputs, output, g, wants)
+
+
+class CustomOp(_OpBase):
+    """An operation that is not block parallel: it loops itself, using the driver.
+
+    Subclasses define `output_shape`, and
+
+    - `forward(driver, *inputs)`: returns a committed file from
+      ``driver.allocate(shape, dtype)`` (or a 0-d NumPy value for a scalar output).
+      Inputs are array files (``.shape``, ``.dtype``, ``.read(region)``) or 0-d
+      NumPy values.
+    - `backward(driver, inputs, output, g, wants)`: one gradient per input (a
+      committed file, a 0-d value, or ``None`` where ``wants`` is false).
+
+    ``driver.read(x, region)``, ``driver.allocate(...)``, ``driver.forward(op,
+    inputs)`` and ``driver.backward(...)`` are the toolkit; ``driver.budget`` is the
+    `MemoryBudget` to stay within.
+    """
+
+    def forward(self, driver, *inputs):
+        raise NotImplementedError(f"{self.name} must define forward(driver, *inputs).")
+
+    def backward(self, driver, inputs, output, g, wants):
+        raise NotImplementedError(f"{self.name} must define backward to be differentiated.")
+
+
+def make_op(op_class: type[_OpBase], doc: str | None = None) -> Callable[..., Any]:
+    """The public function for an operation class.
+
+    **Arguments:**
+
+    - `op_class`: a `BlockParallelOp` or `CustomOp` subclass whose constructor
+      takes the operation's configuration as keyword arguments.
+    - `doc`: the returned function's docstring (default: the class's).
+
+    **Returns:** ``fn(*arrays, budget=None, **config)``. ``arrays`` are
+    `DiskArray`s (traced or not) or scalars; ``budget`` is a `MemoryBudget` for
+    this call; ``config`` builds the operation.
+    """
+    if not (isinstance(op_class, type) and issubclass(op_class, _OpBase)):
+        raise TypeError(
+            f"make_op(op_class) needs a BlockParallelOp or CustomOp subclass, got {op_class!r}."
+        )
+
+    @functools.wraps(op_class, assigned=("__module__",), updated=())
+    def fn(*arrays, budget: MemoryBudget | int | str | None = None, **config):
+        return apply(op_class(**config), *arrays, budget=budget)
+
+    fn.__name__ = fn.__qualname__ = _snake(op_class.__name__)
+    fn.__doc__ = doc if doc is not None else op_class.__doc__
+    return fn
+
+
+def apply(op: _OpBase, *arrays, budget: MemoryBudget | int | str | None = None):
+    """Run ``op`` on ``arrays`` (used by `make_op` and the built-in operations)."""
+    dtype = next((type_of(a).dtype for a in arrays if type_of(a) is not None), None)
+    if dtype is None:
+        raise TypeError(f"{op.name}: at least one argument must be a DiskArray.")
+    inputs = [as_input(a, dtype, op.name) for a in arrays]
+    return bind(op, get_budget(budget), *inputs)
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def frozen(cls):
+    """Decorator: a frozen, hashable dataclass (the usual shape of an op's config)."""
+    return dataclasses.dataclass(frozen=True)(cls)

@@ -1,0 +1,388 @@
+"""Paged array files: the on-disk format behind every `DiskArray`.
+
+A file is a 4096-byte header followed by pages. The array is cut into a grid of
+pages of one ``page_shape``; each page is stored whole (edge pages padded with
+zeros) in C order of the page grid, so a tile that equals a page is one contiguous
+read, and a tile spanning several pages of one page row is one read per page row.
+
+The header is ``MAGIC``, then a little-endian ``uint32`` length, then JSON with the
+format version, shape, dtype and page shape.
+
+Every file is written under a temporary name in its final directory and renamed
+into place only once complete (`PagedFile.commit`), so an interrupted write — a
+full disk, an exception part-way, a killed process — never leaves a partial array
+under a name anyone opens. Scratch files live in one directory per process (see
+`scratch_dir`), are removed when their array is garbage collected, and the
+directory itself is removed at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import json
+import math
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import uuid
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ._iostats import record_read, record_write
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PagedFile",
+    "get_scratch_dir",
+    "set_scratch_dir",
+]
+
+MAGIC = b"GPOOC\x00\x01\x00"
+FORMAT_VERSION = 1
+HEADER_BYTES = 4096
+SUFFIX = ".gpa"
+
+Region = tuple[slice, ...]
+
+
+# ---------------------------------------------------------------- scratch dir
+
+_scratch_lock = threading.Lock()
+_scratch_root: Path | None = None  # set by `set_scratch_dir`; else env var / tmp
+_session_dir: Path | None = None
+
+
+def set_scratch_dir(path: str | os.PathLike | None) -> None:
+    """Choose where new scratch files go (``None`` restores the default).
+
+    The default is ``$GRADPIPE_SCRATCH`` when set, else the system temporary
+    directory. gradpipe makes one private subdirectory there per process and
+    removes it at exit.
+    """
+    global _scratch_root, _session_dir
+    with _scratch_lock:
+        _scratch_root = None if path is None else Path(path)
+        _session_dir = None
+
+
+def get_scratch_dir() -> Path:
+    """The directory this process writes scratch files into (created on demand)."""
+    global _session_dir
+    with _scratch_lock:
+        if _session_dir is None or not _session_dir.is_dir():
+            root = _scratch_root or Path(
+                os.environ.get("GRADPIPE_SCRATCH") or tempfile.gettempdir()
+            )
+            root.mkdir(parents=True, exist_ok=True)
+            _session_dir = Path(tempfile.mkdtemp(prefix=f"gradpipe-ooc-{os.getpid()}-", dir=root))
+            _session_dirs.append(_session_dir)
+        return _session_dir
+
+
+_session_dirs: list[Path] = []
+
+
+@atexit.register
+def _remove_session_dirs() -> None:
+    for d in _session_dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the file
+
+
+def _page_grid(shape: tuple[int, ...], page_shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-(-n // p) if n else 0 for n, p in zip(shape, page_shape))
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class PagedFile:
+    """One paged array file, opened for reading and writing at page granularity.
+
+    Create with `PagedFile.create` (a new, zero-filled, not yet visible file) or
+    `PagedFile.open` (an existing, committed file). Scratch files delete themselves
+    when the object is garbage collected.
+    """
+
+    def __init__(self, path: str, shape, dtype, page_shape, *, fd: int, final_path: str | None):
+        self.path = path
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.page_shape = tuple(int(p) for p in page_shape)
+        self.grid = _page_grid(self.shape, self.page_shape)
+        self.page_bytes = math.prod(self.page_shape) * self.dtype.itemsize
+        self._fd = fd
+        self._final_path = final_path  # where `commit` renames to; None once visible
+        self.writable = True
+        self._finalizer = weakref.finalize(self, _close_and_unlink, fd, path, False)
+
+    # -- construction ------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        shape,
+        dtype,
+        page_shape,
+        path: str | os.PathLike | None = None,
+    ) -> PagedFile:
+        """A new zero-filled file, invisible until `commit`.
+
+        With ``path=None`` the file is a scratch file, deleted when collected.
+        Raises `OSError` naming the directory and the bytes needed when the disk is
+        full; nothing is left behind in that case.
+        """
+        shape = tuple(int(n) for n in shape)
+        page_shape = tuple(max(1, min(int(p), max(n, 1))) for p, n in zip(page_shape, shape))
+        if len(page_shape) != len(shape):
+            raise ValueError(f"page_shape {page_shape} must have one entry per axis of {shape}.")
+        dtype = np.dtype(dtype)
+        scratch = path is None
+        final = str(get_scratch_dir() / f"{uuid.uuid4().hex}{SUFFIX}") if scratch else str(path)
+        tmp = f"{final}.partial-{uuid.uuid4().hex[:8]}"
+        header = _encode_header(shape, dtype, page_shape)
+        n_pages = math.prod(_page_grid(shape, page_shape))
+        size = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _allocate(fd, size, tmp)
+            os.pwrite(fd, header, 0)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        f = cls(tmp, shape, dtype, page_shape, fd=fd, final_path=final)
+        f._scratch = scratch
+        if not scratch:
+            # A user file that never gets committed must not linger either.
+            f._finalizer.detach()
+            f._finalizer = weakref.finalize(f, _close_and_unlink, fd, tmp, False)
+        return f
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, writable: bool = False) -> PagedFile:
+        """Open a committed file, checking its header and its length."""
+        path = str(path)
+        try:
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"No gradpipe array file at {path!r}.") from None
+        try:
+            shape, dtype, page_shape = _decode_header(os.pread(fd, HEADER_BYTES, 0), path)
+            n_pages = math.prod(_page_grid(shape, page_shape))
+            expected = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
+            actual = os.fstat(fd).st_size
+            if actual < expected:
+                raise ValueError(
+                    f"{path!r} is truncated: its header promises {expected} bytes but the "
+                    f"file has {actual}. The file is damaged; recreate it."
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        f = cls(path, shape, dtype, page_shape, fd=fd, final_path=None)
+        f._scratch = False
+        f.writable = writable
+        f._finalizer.detach()
+        f._finalizer = weakref.finalize(f, _close_and_unlink, fd, path, True)
+        return f
+
+    def commit(self) -> PagedFile:
+        """Make the file visible under its final name (atomic rename)."""
+        if self._final_path is None:
+            return self
+        if not self.is_scratch:
+            os.fsync(self._fd)
+        os.replace(self.path, self._final_path)
+        self.path = self._final_path
+        self._final_path = None
+        self._finalizer.detach()
+        keep = not self.is_scratch
+        self._finalizer = weakref.finalize(self, _close_and_unlink, self._fd, self.path, keep)
+        return self
+
+    def discard(self) -> None:
+        """Close and remove the file now (used when a write fails part-way)."""
+        self._finalizer.detach()
+        _close_and_unlink(self._fd, self.path, False)
+
+    @property
+    def is_scratch(self) -> bool:
+        return getattr(self, "_scratch", False)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    # -- page I/O ----------------------------------------------------------
+
+    def _page_offset(self, index: tuple[int, ...]) -> int:
+        flat = 0
+        for i, g in zip(index, self.grid):
+            flat = flat * g + i
+        return HEADER_BYTES + flat * self.page_bytes
+
+    def _page_runs(self, region: Region) -> Iterator[tuple[tuple[int, ...], int]]:
+        """(first page index, run length) for each run of pages along the last axis."""
+        lo = [s.start // p for s, p in zip(region, self.page_shape)]
+        hi = [-(-s.stop // p) for s, p in zip(region, self.page_shape)]
+        if not self.shape:
+            yield (), 1
+            return
+        for lead in np.ndindex(*[h - lo_ for lo_, h in zip(lo[:-1], hi[:-1])]):
+            yield (*[a + b for a, b in zip(lead, lo[:-1])], lo[-1]), hi[-1] - lo[-1]
+
+    def read(self, region: Region | None = None) -> np.ndarray:
+        """The values in ``region`` (a tuple of unit-step slices) as a new array."""
+        region = self._normalize(region)
+        out = np.empty(tuple(s.stop - s.start for s in region), self.dtype)
+        if out.size == 0:
+            return out
+        ps = self.page_shape
+        for first, run in self._page_runs(region):
+            buf = np.empty((run, *ps), self.dtype)
+            got = os.preadv(self._fd, [memoryview(buf).cast("B")], self._page_offset(first))
+            if got != buf.nbytes:
+                raise OSError(f"short read from {self.path!r}: the file is truncated.")
+            self._scatter(region, first, run, buf, out, to_pages=False)
+        record_read(out.nbytes)
+        return out
+
+    def write(self, region: Region | None, data: np.ndarray) -> None:
+        """Write ``data`` into ``region``; partial pages are read, merged and rewritten."""
+        region = self._normalize(region)
+        data = np.asarray(data, self.dtype)
+        shape = tuple(s.stop - s.start for s in region)
+        data = np.broadcast_to(data, shape)
+        if data.size == 0:
+            return
+        ps = self.page_shape
+        for first, run in self._page_runs(region):
+            offset = self._page_offset(first)
+            buf = np.empty((run, *ps), self.dtype)
+            if not self._covers(region, first, run):
+                os.preadv(self._fd, [memoryview(buf).cast("B")], offset)
+            else:
+                buf[...] = 0
+            self._scatter(region, first, run, buf, data, to_pages=True)
+            _pwrite_all(self._fd, memoryview(buf).cast("B"), offset, self.path)
+        record_write(data.nbytes)
+
+    # -- helpers -----------------------------------------------------------
+
+    def _normalize(self, region: Region | None) -> Region:
+        if region is None:
+            return tuple(slice(0, n) for n in self.shape)
+        return tuple(
+            slice(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(region, self.shape)
+        )
+
+    def _covers(self, region: Region, first: tuple[int, ...], run: int) -> bool:
+        """Whether ``region`` covers the whole (in-array part of the) page run."""
+        for ax, (s, p, n) in enumerate(zip(region, self.page_shape, self.shape)):
+            lo = first[ax] * p
+            hi = min((first[ax] + (run if ax == len(region) - 1 else 1)) * p, n)
+            if s.start > lo or s.stop < hi:
+                return False
+        return True
+
+    def _scatter(self, region, first, run, pages, arr, *, to_pages: bool) -> None:
+        """Copy between a run of pages and the region-shaped array ``arr``."""
+        ps = self.page_shape
+        for r in range(run):
+            idx = (*first[:-1], first[-1] + r) if ps else ()
+            page_sl, arr_sl = [], []
+            for s, p, i in zip(region, ps, idx):
+                lo, hi = max(s.start, i * p), min(s.stop, (i + 1) * p)
+                page_sl.append(slice(lo - i * p, hi - i * p))
+                arr_sl.append(slice(lo - s.start, hi - s.start))
+            if to_pages:
+                pages[r][tuple(page_sl)] = arr[tuple(arr_sl)]
+            else:
+                arr[tuple(arr_sl)] = pages[r][tuple(page_sl)]
+
+    def __repr__(self) -> str:
+        return f"PagedFile({self.path!r}, shape={self.shape}, dtype={self.dtype}, page_shape={self.page_shape})"
+
+
+def _close_and_unlink(fd: int, path: str, keep: bool) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    if not keep:
+        _unlink_quietly(path)
+
+
+def _allocate(fd: int, size: int, path: str) -> None:
+    try:
+        if hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, size)
+        else:  # pragma: no cover - non-Linux
+            os.ftruncate(fd, size)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(
+                e.errno,
+                f"Not enough disk space for a {size / 2**20:.1f} MiB array in "
+                f"{os.path.dirname(path)!r}. Free space there or choose another scratch "
+                "directory with gradpipe.ooc.set_scratch_dir / $GRADPIPE_SCRATCH.",
+            ) from e
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            os.ftruncate(fd, size)
+            return
+        raise
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int, path: str) -> None:
+    while view.nbytes:
+        try:
+            n = os.pwrite(fd, view, offset)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise OSError(e.errno, f"Disk full while writing {path!r}.") from e
+            raise
+        view, offset = view[n:], offset + n
+
+
+def _encode_header(shape, dtype: np.dtype, page_shape) -> bytes:
+    meta = json.dumps(
+        {
+            "version": FORMAT_VERSION,
+            "shape": list(shape),
+            "dtype": dtype.str,
+            "page_shape": list(page_shape),
+        }
+    ).encode()
+    body = MAGIC + struct.pack("<I", len(meta)) + meta
+    if len(body) > HEADER_BYTES:
+        raise ValueError(f"array of {len(shape)} dimensions is too many for the file header.")
+    return body.ljust(HEADER_BYTES, b"\x00")
+
+
+def _decode_header(raw: bytes, path: str):
+    if len(raw) < len(MAGIC) + 4 or not raw.startswith(MAGIC):
+        raise ValueError(f"{path!r} is not a gradpipe array file (bad magic bytes).")
+    (n,) = struct.unpack_from("<I", raw, len(MAGIC))
+    start = len(MAGIC) + 4
+    if start + n > len(raw):
+        raise ValueError(f"{path!r} has a damaged header; recreate the file.")
+    meta = json.loads(raw[start : start + n])
+    if meta.get("version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path!r} uses array format version {meta.get('version')}; this gradpipe "
+            f"reads version {FORMAT_VERSION}."
+        )
+    return tuple(meta["shape"]), np.dtype(meta["dtype"]), tuple(meta["page_shape"])

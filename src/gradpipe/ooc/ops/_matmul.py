@@ -1,0 +1,89 @@
+"""Matrix product of two 2-D DiskArrays, either operand optionally transposed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._op import BlockParallelOp, apply, frozen
+
+__all__ = ["MatMul", "matmul"]
+
+
+@frozen
+class MatMul(BlockParallelOp):
+    """``op(a) @ op(b)`` where ``op`` transposes when ``transpose_a``/``transpose_b``."""
+
+    transpose_a: bool = False
+    transpose_b: bool = False
+
+    @property
+    def name(self) -> str:
+        return "matmul"
+
+    def _mnk(self, sa, sb):
+        if len(sa) != 2 or len(sb) != 2:
+            raise ValueError(
+                f"matmul needs two 2-D arrays, got shapes {sa} and {sb}; reshape a vector "
+                "to (n, 1) with DiskArray.from_numpy(v.reshape(-1, 1))."
+            )
+        m, k = sa[::-1] if self.transpose_a else sa
+        k2, n = sb[::-1] if self.transpose_b else sb
+        if k != k2:
+            raise ValueError(
+                f"matmul: inner dimensions differ ({k} vs {k2}) for shapes {sa} and {sb} "
+                f"(transpose_a={self.transpose_a}, transpose_b={self.transpose_b})."
+            )
+        return m, n, k
+
+    def output_shape(self, sa, sb):
+        m, n, _ = self._mnk(sa, sb)
+        return (m, n)
+
+    def reduction_shape(self, sa, sb):
+        return (self._mnk(sa, sb)[2],)
+
+    def index_map(self, out_r, red_r, sa, sb):
+        i, j = out_r
+        (k,) = red_r
+        return ((k, i) if self.transpose_a else (i, k), (j, k) if self.transpose_b else (k, j))
+
+    def forward_block(self, a, b):
+        return np.matmul(a.T if self.transpose_a else a, b.T if self.transpose_b else b)
+
+    def backward_block(self, g, a, b):
+        A = a.T if self.transpose_a else a
+        B = b.T if self.transpose_b else b
+        da, db = g @ B.T, A.T @ g
+        return (da.T if self.transpose_a else da, db.T if self.transpose_b else db)
+
+    def backward_ops(self, args, out, g, wants, budget):
+        """Both gradients as two more out-of-core matmuls (no read-modify-write)."""
+        a, b = args
+        ta, tb = self.transpose_a, self.transpose_b
+        da = db = None
+        if wants[0]:
+            if ta:  # d(a) = op(b) @ g.T
+                da = apply(MatMul(tb, True), b, g, budget=budget)
+            else:  # d(a) = g @ op(b).T
+                da = apply(MatMul(False, not tb), g, b, budget=budget)
+        if wants[1]:
+            if tb:  # d(b) = g.T @ op(a)
+                db = apply(MatMul(True, ta), g, a, budget=budget)
+            else:  # d(b) = op(a).T @ g
+                db = apply(MatMul(not ta, False), a, g, budget=budget)
+        return da, db
+
+
+def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, budget=None):
+    """Matrix product of two 2-D DiskArrays, out of core.
+
+    **Arguments:**
+
+    - `a`, `b`: 2-D `DiskArray`s (traced or not).
+    - `transpose_a`, `transpose_b`: use ``a.T`` / ``b.T`` without copying them.
+    - `budget`: a `MemoryBudget` for this call.
+
+    **Returns:** a `DiskArray` of shape ``(m, n)``. Differentiable in both
+    operands; the backward pass is two more out-of-core matmuls.
+    """
+    return apply(MatMul(bool(transpose_a), bool(transpose_b)), a, b, budget=budget)

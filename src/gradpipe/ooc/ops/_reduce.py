@@ -1,0 +1,171 @@
+"""Sum, mean and max over axes (all axes gives a scalar, the usual loss)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._hijax import type_of
+from .._op import BlockParallelOp, apply, frozen
+
+__all__ = ["Max", "Sum", "max", "mean", "sum"]
+
+
+def _norm_axes(axis, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"axis {a} is out of range for an array of {ndim} dimensions.")
+        out.append(a % ndim)
+    return tuple(sorted(set(out)))
+
+
+@frozen
+class _Reduction(BlockParallelOp):
+    axes: tuple[int, ...]
+    keepdims: bool = False
+
+    def output_shape(self, s):
+        return tuple(
+            1 if a in self.axes else n
+            for a, n in enumerate(s)
+            if self.keepdims or a not in self.axes
+        )
+
+    def reduction_shape(self, s):
+        return tuple(s[a] for a in self.axes)
+
+    def index_map(self, out_r, red_r, s):
+        out_it, red_it, region = iter(out_r), iter(red_r), []
+        for a in range(len(s)):
+            if a in self.axes:
+                if self.keepdims:
+                    next(out_it)
+                region.append(next(red_it))
+            else:
+                region.append(next(out_it))
+        return (tuple(region),)
+
+    def _expand(self, g, ndim):
+        """``g`` with the reduced axes put back (as size 1) for broadcasting."""
+        g = np.asarray(g)
+        return g if self.keepdims else np.expand_dims(g, self.axes) if self.axes else g
+
+
+@frozen
+class Sum(_Reduction):
+    """Sum over ``axes`` times ``scale`` (``scale`` = 1/count makes a mean)."""
+
+    scale: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return "sum" if self.scale == 1.0 else "mean"
+
+    def forward_block(self, x):
+        out = np.sum(x, axis=self.axes, keepdims=self.keepdims)
+        return out * x.dtype.type(self.scale) if self.scale != 1.0 else out
+
+    def backward_block(self, g, x):
+        g = self._expand(g, x.ndim)
+        return (np.broadcast_to(g * x.dtype.type(self.scale), x.shape).copy(),)
+
+
+@frozen
+class Max(_Reduction):
+    """Maximum over ``axes``; the gradient is shared equally among tied maxima, as in JAX."""
+
+    backward_uses_output = True
+
+    @property
+    def name(self) -> str:
+        return "max"
+
+    def forward_block(self, x):
+        return np.max(x, axis=self.axes, keepdims=self.keepdims)
+
+    def combine(self, acc, part):
+        return np.maximum(acc, part)
+
+    def backward(self, driver, inputs, output, g, wants):
+        (x,) = inputs
+        if not wants[0]:
+            return [None]
+        count = driver.forward(_CountEqual(self.axes, self.keepdims), [x, output])
+        return [driver.forward(_MaxGrad(self.axes, self.keepdims), [x, output, g, count])]
+
+
+@frozen
+class _CountEqual(_Reduction):
+    """How many elements along ``axes`` equal the maximum (for tie splitting)."""
+
+    def forward_block(self, x, m):
+        return np.sum(x == self._expand(m, x.ndim), axis=self.axes, keepdims=self.keepdims).astype(
+            x.dtype
+        )
+
+    def index_map(self, out_r, red_r, s, sm):
+        return (super().index_map(out_r, red_r, s)[0], out_r if sm else None)
+
+
+@frozen
+class _MaxGrad(_Reduction):
+    """Elementwise over ``x``: ``g`` where ``x`` is a maximum, divided by the tie count."""
+
+    def output_shape(self, s, *_):
+        return s
+
+    def reduction_shape(self, *_):
+        return ()
+
+    def index_map(self, out_r, red_r, s, *small):
+        red = tuple(
+            slice(0, 1) if a in self.axes else r
+            for a, r in enumerate(out_r)
+            if self.keepdims or a not in self.axes
+        )
+        return (out_r, *[red if sm else None for sm in small])
+
+    def output_dtype(self, dx, *_):
+        return dx
+
+    def forward_block(self, x, m, g, c):
+        m, g, c = (self._expand(v, x.ndim) for v in (m, g, c))
+        return np.where(x == m, g / c, 0).astype(x.dtype)
+
+
+def _reduce(op_cls, x, axis, keepdims, budget, **extra):
+    t = type_of(x)
+    if t is None:
+        raise TypeError(
+            f"{op_cls.__name__.lower()}(x): x must be a DiskArray, got {type(x).__name__}."
+        )
+    axes = _norm_axes(axis, len(t.shape))
+    return apply(op_cls(axes, bool(keepdims), **extra), x, budget=budget)
+
+
+def sum(x, axis=None, keepdims: bool = False, *, budget=None):
+    """Sum of a DiskArray over ``axis`` (an int, a tuple, or None for all axes).
+
+    **Returns:** a `DiskArray`, or a 0-d JAX array when every axis is reduced
+    without ``keepdims`` (the form a loss takes).
+    """
+    return _reduce(Sum, x, axis, keepdims, budget)
+
+
+def mean(x, axis=None, keepdims: bool = False, *, budget=None):
+    """Mean of a DiskArray over ``axis``; see `sum`."""
+    t = type_of(x)
+    if t is None:
+        raise TypeError(f"mean(x): x must be a DiskArray, got {type(x).__name__}.")
+    count = math.prod(t.shape[a] for a in _norm_axes(axis, len(t.shape)))
+    return _reduce(Sum, x, axis, keepdims, budget, scale=1.0 / (count or 1))
+
+
+def max(x, axis=None, keepdims: bool = False, *, budget=None):
+    """Maximum of a DiskArray over ``axis``; see `sum`."""
+    return _reduce(Max, x, axis, keepdims, budget)

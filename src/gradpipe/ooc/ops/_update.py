@@ -1,0 +1,80 @@
+"""In-place update: write new values into an existing DiskArray's file."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._hijax import type_of
+from .._op import CustomOp, apply, frozen
+
+__all__ = ["update_"]
+
+
+@frozen
+class Update(CustomOp):
+    """Copy ``value`` (same shape, or a scalar) into ``target``'s file; returns ``target``."""
+
+    has_side_effect = True
+
+    @property
+    def name(self) -> str:
+        return "update_"
+
+    def output_shape(self, st, sv):
+        return st
+
+    def output_dtype(self, dt, dv):
+        return dt
+
+    def forward(self, driver, target, value):
+        if not hasattr(target, "write") or not getattr(target, "writable", True):
+            raise TypeError(
+                "update_: the target DiskArray is read-only (opened without writable=True, "
+                "or the symbolic zero array). Open it with DiskArray.open(path, writable=True)."
+            )
+        if value is target:
+            return target
+        rows = max(1, driver.budget.nbytes // 4 // max(1, _row_bytes(target)))
+        for start in range(0, max(target.shape[0], 1) if target.shape else 1, rows):
+            if not target.shape:
+                target.write(None, driver.read(value, None))
+                break
+            r = (
+                slice(start, min(start + rows, target.shape[0])),
+                *(slice(0, n) for n in target.shape[1:]),
+            )
+            block = driver.read(value, r if getattr(value, "shape", ()) else None)
+            target.write(r, np.asarray(block, target.dtype))
+        return target
+
+    def backward(self, driver, inputs, output, g, wants):
+        raise TypeError(
+            "update_ is not differentiable; apply it outside the differentiated function."
+        )
+
+
+def _row_bytes(f) -> int:
+    return int(np.prod(f.shape[1:], dtype=np.int64)) * f.dtype.itemsize
+
+
+def update_(target, value, *, budget=None):
+    """Write ``value`` into ``target``'s file and return the updated array.
+
+    Under `jax.jit` this is how a training step writes new weights to disk and
+    reuses one compiled executable: ``w = step(w)`` with ``step`` returning
+    ``update_(w, w - lr * g)``. Use the returned array afterwards; it shares the
+    file with ``target``. Not differentiable.
+
+    **Arguments:**
+
+    - `target`: a writable `DiskArray`.
+    - `value`: a `DiskArray` of the same shape and dtype, or a scalar.
+    """
+    tt, tv = type_of(target), type_of(value)
+    if tt is None:
+        raise TypeError(
+            f"update_(target, value): target must be a DiskArray, got {type(target).__name__}."
+        )
+    if tv is not None and (tv.shape != tt.shape):
+        raise ValueError(f"update_: value has shape {tv.shape}, target has shape {tt.shape}.")
+    return apply(Update(), target, value, budget=budget)
