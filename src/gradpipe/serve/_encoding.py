@@ -60,8 +60,11 @@ ALLOWED_DTYPES = frozenset(
         "float64",
         "complex64",
         "complex128",
+        "float0",
     }
 )
+# JAX's dtype of tangents of integer arrays: no bytes at all (same as jax.dtypes.float0).
+FLOAT0 = np.dtype([("float0", "V")])
 _MAX_RANK = 32
 
 
@@ -106,12 +109,15 @@ def _is_array(value: Any) -> bool:
 
 def _encode_array(value: Any, binary: bool) -> dict[str, Any]:
     array = np.asarray(value)
-    name = array.dtype.name
+    name = "float0" if array.dtype == FLOAT0 else array.dtype.name
     if name not in ALLOWED_DTYPES:
         raise PayloadError(f"dtype {name} cannot be sent; use one of {sorted(ALLOWED_DTYPES)}.")
-    # astype, not ascontiguousarray: the latter turns a 0-d array into a 1-d one.
-    array = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
-    raw = memoryview(array).cast("B") if array.size else b""
+    if name == "float0" or array.size == 0:
+        raw: Any = b""
+    else:
+        # astype, not ascontiguousarray: the latter turns a 0-d array into a 1-d one.
+        array = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
+        raw = memoryview(array).cast("B")
     if binary:
         buffer: Any = {"buffer": raw, "encoding": "raw"}
     else:
@@ -164,9 +170,9 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
     data = node.get("data")
     if not isinstance(data, dict) or set(data) != {"buffer", "encoding"}:
         raise PayloadError('data must be {"buffer": ..., "encoding": ...}.', path)
-    dtype = np.dtype(dtype_name).newbyteorder("<")
+    dtype = FLOAT0 if dtype_name == "float0" else np.dtype(dtype_name).newbyteorder("<")
     encoding, buffer = data["encoding"], data["buffer"]
-    if encoding == "json":
+    if encoding == "json" and dtype_name != "float0":
         try:
             array = np.asarray(buffer, dtype=dtype)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -182,6 +188,8 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
             raise PayloadError("the buffer is not valid base64.", path) from None
     elif encoding == "raw" and isinstance(buffer, bytes):
         raw = buffer
+    elif encoding == "json" and buffer in ([], ""):  # float0: no data
+        raw = b""
     else:
         raise PayloadError(f"buffer encoding {encoding!r} does not fit its buffer.", path)
     expected = math.prod(shape) * dtype.itemsize
@@ -190,6 +198,8 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
             f"shape {shape} of {dtype_name} needs {expected} bytes; the buffer holds {len(raw)}.",
             path,
         )
+    if dtype_name == "float0":
+        return np.zeros(shape, FLOAT0)
     array = np.frombuffer(raw, dtype=dtype).reshape(shape)
     return array.astype(dtype.newbyteorder("="), copy=False)
 

@@ -1,0 +1,69 @@
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+HERE = Path(__file__).parent
+TOKEN = "test-token-0123"
+MAX_BODY = 1 << 20
+sys.path.insert(0, str(HERE))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server_url():
+    """One real server in a subprocess, on a free loopback port, for the whole session."""
+    port = _free_port()
+    env = {**os.environ, "GRADPIPE_TOKEN": TOKEN, "JAX_PLATFORMS": "cpu"}
+    command = [
+        sys.executable, "-m", "gradpipe.cli", "serve", "served_components:component",
+        "--app-dir", str(HERE), "--port", str(port), "--max-body-size", str(MAX_BODY),
+        "--log-level", "warning",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited: {process.stderr.read()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("the server did not come up in 90 s")
+        time.sleep(0.2)
+    yield url
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="session")
+def remote(server_url):
+    from gradpipe.serve import connect
+
+    remote = connect(server_url, token=TOKEN)
+    yield remote
+    remote.close()
+
+
+@pytest.fixture(scope="session")
+def local():
+    from served_components import component
+
+    return component
