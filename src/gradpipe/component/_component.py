@@ -52,9 +52,11 @@ class Component:
     ``jax.vjp`` and keeps the residuals under an exact key of the whole input
     (`ContentKey`: bitwise on the arrays, typed on static values); a following `vjp`
     on the same input runs only the jitted backward pass. The cache belongs to this
-    component, is thread-safe, and is bounded by `CacheLimits`. Pass
-    ``residual_cache=False`` to run `apply` as a plain forward pass; use `apply_keep`
-    and `vjp_from` to hold residuals yourself.
+    component, is thread-safe, and is bounded by `CacheLimits`. The same compiled
+    programs run with the cache on or off, so every result is bitwise the same either
+    way; ``residual_cache=False`` only stops residuals from being kept between calls
+    (and a `vjp` then runs the forward pass again). Use `apply_keep` and `vjp_from`
+    to hold residuals yourself.
 
     **Arguments:**
 
@@ -143,13 +145,16 @@ class Component:
         With the residual cache on, the residuals are kept for a following `vjp`.
         """
         flat, sig = self._prepare(inputs)
-        if self.residual_cache is not None and sig.diff_in and sig.diff_out:
-            leaves, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
+        if not (sig.diff_in and sig.diff_out):
+            leaves = self._programs.apply(sig)(self._params, flat.arrays)
+            return rebuild(self._out_node, sig.out_structure, leaves)
+        # The same compiled forward pass runs whether the cache is on or off, so that
+        # the cache never changes a single bit of any result.
+        leaves, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
+        if self.residual_cache is not None:
             self.residual_cache.put(
                 ContentKey(flat.structure, flat.arrays), Residuals(self, sig, vjp_fn)
             )
-        else:
-            leaves = self._programs.apply(sig)(self._params, flat.arrays)
         return rebuild(self._out_node, sig.out_structure, leaves)
 
     def apply_keep(
@@ -170,22 +175,29 @@ class Component:
         cotangents: Mapping[str, Any],
     ) -> dict[str, Any]:
         """The vector-Jacobian product: ``cotangents`` (keyed by output path) pulled back
-        to the inputs ``vjp_inputs``. **Returns** ``{input path: array}``."""
+        to the inputs ``vjp_inputs``. **Returns** ``{input path: array}``.
+
+        A cache hit runs only the backward pass. A miss runs the same forward pass as
+        `apply` and then the same backward pass, and keeps the residuals for the next
+        call on this input.
+        """
         flat, sig = self._prepare(inputs)
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
         vectors = _vectors(sig, outs, cotangents, "output", "cotangent")
+        if not (_inexact(ins, sig.diff_in) and _inexact(outs, sig.diff_out)):
+            return _fill(ins, {}, sig.in_avals)
+        key = None
+        residuals = None
         if self.residual_cache is not None:
-            residuals = self.residual_cache.get(ContentKey(flat.structure, flat.arrays))
-            if residuals is not None:
-                return self._pull(residuals, ins, outs, vectors)
-        f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
-        grads: dict[int, Any] = {}
-        if f_ins and f_outs:
-            program = self._programs.vjp(sig, f_ins, f_outs)
-            result = program(self._params, flat.arrays, tuple(vectors[o] for o in f_outs))
-            grads = dict(zip(f_ins, result))
-        return _fill(ins, grads, sig.in_avals)
+            key = ContentKey(flat.structure, flat.arrays)
+            residuals = self.residual_cache.get(key)
+        if residuals is None:
+            _, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
+            residuals = Residuals(self, sig, vjp_fn)
+            if key is not None:
+                self.residual_cache.put(key, residuals)
+        return self._pull(residuals, ins, outs, vectors)
 
     def vjp_from(
         self,
@@ -200,12 +212,12 @@ class Component:
         sig = residuals._signature
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
-        return self._pull(
-            residuals, ins, outs, _vectors(sig, outs, cotangents, "output", "cotangent")
-        )
+        vectors = _vectors(sig, outs, cotangents, "output", "cotangent")
+        return self._pull(residuals, ins, outs, vectors)
 
-    def _pull(self, residuals: Residuals, ins: Selection, outs: Selection,
-              vectors: dict[int, Any]) -> dict[str, Any]:  # fmt: skip
+    def _pull(
+        self, residuals: Residuals, ins: Selection, outs: Selection, vectors: dict[int, Any]
+    ) -> dict[str, Any]:
         sig = residuals._signature
         f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
         grads: dict[int, Any] = {}

@@ -237,19 +237,6 @@ class Programs:
 
         return self._program(("backward", sig.key, ins, outs), build)
 
-    def vjp(self, sig: Signature, ins: tuple[int, ...], outs: tuple[int, ...]) -> Callable:
-        """``(params, arrays, cotangents of outs) -> cotangents of ins``."""
-
-        def build() -> Callable[..., tuple]:
-            def vjp(params: Any, arrays: tuple, cotangents: tuple) -> tuple:
-                f = self._restricted(sig, params, arrays, ins, outs)
-                _, pull = jax.vjp(f, tuple(arrays[i] for i in ins))
-                return pull(tuple(cotangents))[0]
-
-            return vjp
-
-        return self._program(("vjp", sig.key, ins, outs), build)
-
     def jvp(self, sig: Signature, ins: tuple[int, ...], outs: tuple[int, ...]) -> Callable:
         """``(params, arrays, tangents of ins) -> tangents of outs``."""
 
