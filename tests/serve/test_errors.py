@@ -1,0 +1,124 @@
+"""The bad-input matrix: each bad request gets the right 4xx, and the server keeps serving."""
+
+import httpx
+import msgpack
+import numpy as np
+import pytest
+from conftest import MAX_BODY, TOKEN
+
+from gradpipe.serve import BINARY, JSON, encode
+
+GOOD = {
+    "x": np.arange(4, dtype=np.float32),
+    "w": np.float32(2.0),
+    "p": {"a": np.ones(4, np.float32)},
+}
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def post(url, endpoint, body, content_type=BINARY, headers=AUTH):
+    return httpx.post(
+        f"{url}/{endpoint}", content=body, headers={**headers, "Content-Type": content_type}
+    )
+
+
+def raw_array(dtype, shape, data: bytes):
+    return {"object_type": "array", "dtype": dtype, "shape": shape,
+            "data": {"buffer": data, "encoding": "raw"}}  # fmt: skip
+
+
+def hand_made(x_array):
+    """A msgpack body whose input ``x`` is a hand-written array frame."""
+    inputs = msgpack.unpackb(encode(GOOD, BINARY))
+    return msgpack.packb({"inputs": {**inputs, "x": x_array}})
+
+
+def bad_requests():
+    good = encode({"inputs": GOOD}, BINARY)
+    big = np.zeros(MAX_BODY // 4 + 16, np.float32)
+    yield "truncated msgpack", "apply", good[: len(good) // 2], BINARY, AUTH, 422, None
+    yield "truncated json", "apply", encode({"inputs": GOOD}, JSON)[:-7], JSON, AUTH, 422, None
+    yield "not msgpack", "apply", b"\xc1\xc1\xc1", BINARY, AUTH, 422, None
+    yield ("wrong dtype", "apply",
+           encode({"inputs": {**GOOD, "x": np.arange(4, dtype=np.complex64)}}, BINARY),
+           BINARY, AUTH, 422, "x")  # fmt: skip
+    yield ("unknown dtype", "apply",
+           hand_made(raw_array("object", [1], b"\0" * 8)),
+           BINARY, AUTH, 422, "inputs.x")  # fmt: skip
+    yield ("wrong shape", "apply",
+           encode({"inputs": {**GOOD, "x": np.zeros((2, 2), np.float32)}}, BINARY),
+           BINARY, AUTH, 422, "x")  # fmt: skip
+    yield ("unknown input field", "apply",
+           encode({"inputs": {**GOOD, "zzz": np.float32(1)}}, BINARY),
+           BINARY, AUTH, 422, "zzz")  # fmt: skip
+    yield (
+        "unknown request field",
+        "apply",
+        encode({"inputs": GOOD, "inputz": 1}, BINARY),
+        BINARY,
+        AUTH,
+        422,
+        "inputz",
+    )
+    yield ("unknown path", "vjp",
+           encode({"inputs": GOOD, "vjp_inputs": ["nope"], "vjp_outputs": ["y"],
+                   "cotangents": {"y": np.ones(4, np.float32)}}, BINARY),
+           BINARY, AUTH, 422, "nope")  # fmt: skip
+    yield ("non-differentiable path", "vjp",
+           encode({"inputs": GOOD, "vjp_inputs": ["x"], "vjp_outputs": ["k"],
+                   "cotangents": {"k": np.ones((), np.float32)}}, BINARY),
+           BINARY, AUTH, 422, "k")  # fmt: skip
+    yield ("cotangent of wrong shape", "vjp",
+           encode({"inputs": GOOD, "vjp_inputs": ["x"], "vjp_outputs": ["y"],
+                   "cotangents": {"y": np.ones(3, np.float32)}}, BINARY),
+           BINARY, AUTH, 422, "y")  # fmt: skip
+    yield ("declared size larger than body", "apply",
+           hand_made(raw_array("float32", [1000], b"\0" * 16)),
+           BINARY, AUTH, 422, "inputs.x")  # fmt: skip
+    yield ("oversize body", "apply", encode({"inputs": {**GOOD, "x": big}}, BINARY),
+           BINARY, AUTH, 413, None)  # fmt: skip
+    yield "missing token", "apply", good, BINARY, {}, 401, None
+    yield "wrong token", "apply", good, BINARY, {"Authorization": "Bearer nope"}, 401, None
+    yield ("unknown handle", "vjp",
+           encode({"handle": "ab" * 16, "vjp_inputs": ["x"], "vjp_outputs": ["y"],
+                   "cotangents": {"y": np.ones(4, np.float32)}}, BINARY),
+           BINARY, AUTH, 410, "handle")  # fmt: skip
+    yield "unsupported content type", "apply", good, "text/plain", AUTH, 415, None
+    yield "body is a list", "apply", encode([1, 2], JSON), JSON, AUTH, 422, None
+    yield "ext type", "apply", b"\x81\xa6inputs\xd4\x05\x00", BINARY, AUTH, 422, None
+
+
+CASES = list(bad_requests())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_request_then_good_request(server_url, case):
+    _, endpoint, body, content_type, headers, status, path = case
+    response = post(server_url, endpoint, body, content_type, headers)
+    assert response.status_code == status, response.text
+    error = response.json()
+    assert error["message"]
+    if path is not None:
+        assert error["path"] is not None and path in error["path"], error
+    good = post(server_url, "apply", encode({"inputs": GOOD}, BINARY))
+    assert good.status_code == 200
+
+
+def test_oversize_declared_length_is_refused_before_reading(server_url):
+    # The Content-Length alone decides: the server answers 413 without the body.
+    response = post(server_url, "apply", b"\0" * (MAX_BODY + 1))
+    assert response.status_code == 413
+
+
+def test_health_needs_no_token_but_stats_does(server_url):
+    assert httpx.get(f"{server_url}/health").status_code == 200
+    assert httpx.get(f"{server_url}/stats").status_code == 401
+    assert httpx.get(f"{server_url}/openapi.json").status_code == 401
+
+
+def test_remote_error_names_the_path(remote):
+    from gradpipe.serve import RemoteError
+
+    with pytest.raises(RemoteError, match="x") as info:
+        remote.apply({**GOOD, "x": np.zeros((2, 2), np.float32)})
+    assert info.value.status == 422 and info.value.path == "x"
