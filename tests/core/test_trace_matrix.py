@@ -50,8 +50,8 @@ TRANSFORMS = {
     "grad": lambda f: jax.grad(lambda x: jnp.sum(f(x))),
 }
 
-X = jnp.array([0.3, -1.2, 2.0])
-XS = jnp.array([[0.3, -1.2, 2.0], [1.0, 0.5, -0.1]])
+X = jnp.array([0.3, -1.2, 2.0], dtype=jnp.float32)
+XS = jnp.array([[0.3, -1.2, 2.0], [1.0, 0.5, -0.1]], dtype=jnp.float32)
 
 
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
