@@ -23,6 +23,7 @@ from __future__ import annotations
 import hmac
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+import jax
 
 from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode, encode, media_type
 from ._handles import HandleStore, UnknownHandle
@@ -215,26 +218,46 @@ class _Server:
                         "unsupported_media_type",
                         f"send Content-Type {BINARY} or {JSON}.",
                     )
+                start = time.perf_counter()
                 body = await self._read_body(request)
                 received = len(body)
-                try:
-                    document = decode(body, request_type)
-                except PayloadError as exc:
-                    raise HTTPError(422, "malformed_body", str(exc), exc.path or None) from None
-                document = _check_fields(name, document)
-                result = await run_in_threadpool(operation, document)
                 response_type = choose_response_type(request.headers.get("accept"), request_type)
-                try:
-                    content = encode(result, response_type)
-                except PayloadError as exc:
-                    raise HTTPError(422, "unencodable_output", str(exc), exc.path or None) from None
+                # Decoding, the operation and encoding (which waits for JAX's results)
+                # run on a worker thread, so the event loop keeps serving other clients.
+                content, timing = await run_in_threadpool(
+                    self._process, name, operation, body, request_type, response_type
+                )
                 self._count(name, received, len(content))
-                return Response(content, media_type=response_type)
+                timing["read"] = timing["decode_start"] - start
+                del timing["decode_start"]
+                server_timing = ", ".join(f"{k};dur={v * 1e3:.2f}" for k, v in timing.items())
+                headers = {"Server-Timing": server_timing}
+                return Response(content, media_type=response_type, headers=headers)
             except HTTPError as exc:
                 self._count(f"{name}:{exc.status}", received)
                 return _error_response(exc)
 
         return handle
+
+    def _process(
+        self, name: str, operation: Callable[[dict], dict], body: bytes, request_type: str,
+        response_type: str,
+    ) -> tuple[bytes, dict[str, float]]:  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            document = decode(body, request_type)
+        except PayloadError as exc:
+            raise HTTPError(422, "malformed_body", str(exc), exc.path or None) from None
+        t1 = time.perf_counter()
+        result = jax.block_until_ready(operation(_check_fields(name, document)))
+        t2 = time.perf_counter()
+        try:
+            content = encode(result, response_type)
+        except PayloadError as exc:
+            raise HTTPError(422, "unencodable_output", str(exc), exc.path or None) from None
+        t3 = time.perf_counter()
+        timing = {"decode_start": t0, "decode": t1 - t0, "compute": t2 - t1, "encode": t3 - t2}
+        return content, timing
 
     def _call(self, field: str | None, fn: Callable[[], Any]) -> Any:
         from gradpipe.component import ComponentInputError

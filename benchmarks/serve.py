@@ -1,0 +1,217 @@
+"""Serving benchmark: apply + vjp of a 1e6-float32 input over loopback HTTP.
+
+Measured side by side in one run, same function, same machine:
+
+- gradpipe, binary (msgpack, raw buffers): ``/apply`` keeping residuals, then ``/vjp``
+  naming the handle (what `RemoteComponent` does under ``jax.grad``).
+- gradpipe, JSON + base64: the same two requests in the interoperable encoding.
+- the peer, tesseract-core's runtime (``tesseract-runtime serve``, JAX recipe,
+  ``json+base64``): ``/apply`` then ``/vector_jacobian_product``, which re-sends the
+  inputs. It runs from its own venv (``$PEER_PYTHON``, default
+  ``.venv-peer/bin/python``); gradpipe never depends on it.
+
+Also the request bytes that ``jax.value_and_grad`` sends through a `RemoteComponent`,
+against the input plus the cotangent.
+
+    .venv/bin/python benchmarks/serve.py [--size 1000000] [--reps 15]
+
+The module also defines ``component``, which the gradpipe server imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pydantic
+
+from gradpipe.component import Array, Component, Differentiable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+class Inputs(pydantic.BaseModel):
+    x: Differentiable[Array[np.float32, (None,)]]
+
+
+class Outputs(pydantic.BaseModel):
+    y: Differentiable[Array[np.float32, (None,)]]
+
+
+def forward(x):
+    return jnp.tanh(x) * jnp.sin(3.0 * x) + 0.5 * x * x  # same as peer_serve_api.py
+
+
+component = Component(lambda d: {"y": forward(d["x"])}, inputs=Inputs, outputs=Outputs)
+
+
+# -- servers ----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(url: str, process: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"{what} did not come up in 120 s")
+
+
+def start_gradpipe() -> tuple[str, subprocess.Popen]:
+    port = _free_port()
+    command = [sys.executable, "-m", "gradpipe.cli", "serve", "serve:component",
+               "--app-dir", str(HERE), "--port", str(port), "--max-body-size", "1G",
+               "--log-level", "warning"]  # fmt: skip
+    process = subprocess.Popen(command, env={**os.environ, "GRADPIPE_TOKEN": ""})
+    url = f"http://127.0.0.1:{port}"
+    _wait(url, process, "gradpipe serve")
+    return url, process
+
+
+def start_peer() -> tuple[str, subprocess.Popen]:
+    python = Path(os.environ.get("PEER_PYTHON", ROOT / ".venv-peer/bin/python"))
+    runtime = python.parent / "tesseract-runtime"
+    if not runtime.exists():
+        raise SystemExit(f"{runtime} is missing: install tesseract-core[runtime] in that venv.")
+    port = _free_port()
+    env = {**os.environ, "TESSERACT_API_PATH": str(HERE / "peer_serve_api.py"),
+           "TESSERACT_OUTPUT_FORMAT": "json+base64"}  # fmt: skip
+    command = [str(runtime), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    _wait(url, process, "tesseract-runtime serve")
+    return url, process
+
+
+# -- one apply + vjp round trip each ------------------------------------------------------
+
+
+def gradpipe_round_trip(remote, x, ct):
+    outputs, handle = remote.apply_keep({"x": x})
+    grads = remote.vjp({"x": x}, ["x"], ["y"], {"y": ct}, handle=handle)
+    return outputs["y"], grads["x"]
+
+
+def peer_round_trip(client: httpx.Client, x, ct):
+    from gradpipe.serve import JSON, decode, encode
+
+    def post(endpoint, document):
+        response = client.post(endpoint, content=encode(document, JSON))
+        response.raise_for_status()
+        return decode(response.content, JSON)
+
+    y = post("/apply", {"inputs": {"x": x}})["y"]
+    grads = post("/vector_jacobian_product", {
+        "inputs": {"x": x}, "vjp_inputs": ["x"], "vjp_outputs": ["y"],
+        "cotangent_vector": {"y": ct},
+    })  # fmt: skip
+    return y, grads["x"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=1_000_000)
+    parser.add_argument("--reps", type=int, default=15)
+    args = parser.parse_args()
+
+    from gradpipe.serve import RemoteComponent
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=args.size).astype(np.float32)
+    ct = rng.normal(size=args.size).astype(np.float32)
+    want_y = np.asarray(forward(x))
+    want_g = np.asarray(jax.vjp(forward, jnp.asarray(x))[1](jnp.asarray(ct))[0])
+
+    servers = []
+    try:
+        url, process = start_gradpipe()
+        servers.append(process)
+        peer_url, peer_process = start_peer()
+        servers.append(peer_process)
+        binary = RemoteComponent(url, encoding="binary")
+        json_ = RemoteComponent(url, encoding="json")
+        headers = {"Content-Type": "application/json", "Accept": "application/json+base64"}
+        peer = httpx.Client(base_url=peer_url, headers=headers, timeout=300)
+        methods = {
+            "gradpipe binary (msgpack)": lambda: gradpipe_round_trip(binary, x, ct),
+            "gradpipe JSON+base64": lambda: gradpipe_round_trip(json_, x, ct),
+            "peer tesseract-runtime (json+base64)": lambda: peer_round_trip(peer, x, ct),
+        }
+        times: dict[str, list[float]] = {name: [] for name in methods}
+        for name, run in methods.items():  # warm up (compilation) and check the answers
+            for _ in range(2):
+                y, g = run()
+            np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-5, err_msg=name)
+        for _ in range(args.reps):  # interleaved, so drifts of the machine hit all alike
+            for name, run in methods.items():
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+
+        local = {"x": x}
+        local_times = []
+        for _ in range(args.reps):
+            start = time.perf_counter()
+            outs, res = component.apply_keep(local)
+            jax.block_until_ready(component.vjp_from(res, ["x"], ["y"], {"y": ct}))
+            local_times.append(time.perf_counter() - start)
+
+        # value_and_grad through a RemoteComponent: bytes of request bodies sent.
+        def loss(x):
+            return jnp.vdot(binary({"x": x})["y"], jnp.asarray(ct))
+
+        vg = jax.value_and_grad(loss)
+        vg(jnp.asarray(x))  # the first call also asks /abstract_eval for these shapes
+        sent_before, requests_before = binary.client.bytes_sent, binary.client.requests
+        start = time.perf_counter()
+        jax.block_until_ready(vg(jnp.asarray(x) + 1))
+        vg_time = time.perf_counter() - start
+        sent = binary.client.bytes_sent - sent_before
+        requests = binary.client.requests - requests_before
+    finally:
+        for process in servers:
+            process.terminate()
+            process.wait(timeout=30)
+
+    peer_median = statistics.median(times["peer tesseract-runtime (json+base64)"])
+    print(f"\napply + vjp round trip, {args.size:,} float32 on loopback, "
+          f"median of {args.reps} (2 cores)\n")  # fmt: skip
+    print(f"| {'method':<40} | median ms | vs peer |")
+    print(f"|{'-' * 42}|-----------|---------|")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"| {name:<40} | {median * 1e3:9.1f} | {median / peer_median:6.2f}x |")
+    local_median = statistics.median(local_times)
+    print(f"| {'(in-process apply_keep + vjp_from)':<40} | {local_median * 1e3:9.1f} | "
+          f"{local_median / peer_median:6.2f}x |")  # fmt: skip
+    payload = x.nbytes + ct.nbytes
+    print(f"\nvalue_and_grad through RemoteComponent: {requests} requests, {sent:,} bytes sent "
+          f"= {sent / payload:.3f}x (input + cotangent = {payload:,} bytes), "
+          f"{vg_time * 1e3:.1f} ms")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
