@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import _handles
-from ._budget import MemoryBudget, default_page_shape, get_budget
+from ._budget import MemoryBudget, default_page_shape, format_bytes, get_budget
 from ._storage import PagedFile
 
 __all__ = ["DiskArray"]
@@ -156,7 +156,7 @@ class DiskArray:
         b = get_budget(budget)
         if self.nbytes > b.nbytes and not force:
             raise MemoryError(
-                f"DiskArray.to_numpy(): the array is {self.nbytes / 2**20:.1f} MiB, more than "
+                f"DiskArray.to_numpy(): the array is {format_bytes(self.nbytes)}, more than "
                 f"the {b}. Read tiles with ooc.slice_rows/ooc.slice_tile, raise the budget, "
                 "or pass force=True."
             )

@@ -29,6 +29,14 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb"
 _UNITS |= {"mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tib": 2**40}
 
 
+def format_bytes(n: int) -> str:
+    """``n`` bytes for people: ``"512.0 MiB"``, ``"8.0 KiB"``, ``"17 B"``."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
 def _parse_bytes(value: int | str) -> int:
     if isinstance(value, bool):
         raise TypeError("MemoryBudget(nbytes) takes an int or a string like '512MiB', got bool.")
@@ -76,7 +84,7 @@ class MemoryBudget:
         _current.reset(self.__dict__["_tokens"].pop())
 
     def __repr__(self) -> str:
-        return f"MemoryBudget({self.nbytes / 2**20:.1f} MiB)"
+        return f"MemoryBudget({format_bytes(self.nbytes)})"
 
     def __hash__(self) -> int:
         return hash(self.nbytes)

@@ -232,7 +232,7 @@ class Driver:
                     if gr is None or part is None:
                         continue
                     if isinstance(gr, np.ndarray):
-                        grads[i] = gr + np.sum(part)
+                        grads[i] = np.asarray(gr + np.sum(part), gr.dtype)
                         continue
                     r = regions[i]
                     key = tuple((s.start, s.stop) for s in r)

@@ -221,6 +221,8 @@ def _resolve(t, v):
 
 
 def _export(t, value) -> np.ndarray:
+    if value is None:  # a gradient nobody asked for
+        return np.int32(_handles.ZERO_HANDLE) if isinstance(t, DiskArrayType) else np.zeros((), t.dtype)
     if isinstance(t, DiskArrayType):
         if isinstance(value, _handles.ZeroFile):
             return np.int32(_handles.ZERO_HANDLE)
@@ -276,20 +278,43 @@ class _Refusals:
         )
 
 
-class OocPrim(_Refusals, _PrimBase):
-    """One call of an out-of-core operation ``op`` on the given input types."""
+def _merge(dynamic, consts, fill):
+    """Inputs in call order: ``dynamic`` values with ``consts`` put back in place."""
+    out, it = [], iter(dynamic)
+    const_at = {pos: (value, dtype) for pos, value, dtype in consts}
+    for pos in range(len(dynamic) + len(consts)):
+        out.append(fill(*const_at[pos]) if pos in const_at else next(it))
+    return out
 
-    def __init__(self, op, budget: MemoryBudget, in_types, *, backward_of=None):
+
+def _const_type(value, dtype):
+    return _hx.ShapedArray((), np.dtype(dtype))
+
+
+def _const_value(value, dtype):
+    return np.asarray(value, dtype)
+
+
+class OocPrim(_Refusals, _PrimBase):
+    """One call of an out-of-core operation ``op`` on the given input types.
+
+    ``consts`` are Python numbers among the inputs, as ``(position, value, dtype)``:
+    they are part of the operation (not traced, not differentiated).
+    """
+
+    def __init__(self, op, budget: MemoryBudget, in_types, consts=(), *, backward_of=None):
         self.in_avals = tuple(in_types)
-        self.out_aval = op.out_type(*in_types)
-        self.params = dict(op=op, budget=budget, in_types=self.in_avals, backward_of=backward_of)
+        self.out_aval = op.out_type(*_merge(in_types, consts, _const_type))
+        self.params = dict(
+            op=op, budget=budget, in_types=self.in_avals, consts=consts, backward_of=backward_of
+        )
         super().__init__()
 
     def expand(self, *args):
-        op, budget = self.op, self.budget
+        op, budget, consts = self.op, self.budget, self.consts
 
         def host(*vals):
-            return (op.forward(Driver(budget, op.name), *vals),)
+            return (op.forward(Driver(budget, op.name), *_merge(vals, consts, _const_value)),)
 
         (out,) = _run_on_host(host, self.in_avals, (self.out_aval,), args)
         return out
@@ -309,13 +334,15 @@ class OocPrim(_Refusals, _PrimBase):
         if isinstance(g, _hx.Zero):
             return tuple(_zero_like(t) for t in self.in_avals)
         rule = getattr(self.op, "backward_ops", None)
-        if rule is not None:
+        if rule is not None and not self.consts:
             with _backward_marker(self.op):
                 grads = rule(args, out, g, wants, self.budget)
             return tuple(
                 gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals)
             )
-        prim = OocBackwardPrim(self.op, self.budget, self.in_avals, _in_type(g), wants)
+        prim = OocBackwardPrim(
+            self.op, self.budget, self.in_avals, self.consts, _in_type(g), wants
+        )
         return tuple(prim(*args, out, g))
 
     def dce(self, used_outs, *live_ins):
@@ -327,18 +354,25 @@ class OocPrim(_Refusals, _PrimBase):
 class OocBackwardPrim(_Refusals, _PrimBase):
     """The backward pass of ``op``: input gradients from inputs, output and cotangent."""
 
-    def __init__(self, op, budget, in_types, g_type, wants):
-        self.in_avals = (*in_types, op.out_type(*in_types), g_type)
+    def __init__(self, op, budget, in_types, consts, g_type, wants):
+        out_type = op.out_type(*_merge(in_types, consts, _const_type))
+        self.in_avals = (*in_types, out_type, g_type)
         self.out_aval = tuple(in_types)
-        self.params = dict(op=op, budget=budget, in_types=tuple(in_types), wants=wants)
+        self.params = dict(
+            op=op, budget=budget, in_types=tuple(in_types), consts=consts, wants=wants
+        )
         super().__init__()
 
     def expand(self, *args):
-        op, budget, wants = self.op, self.budget, self.wants
+        op, budget, consts = self.op, self.budget, self.consts
         n = len(self.in_types)
+        const_pos = {pos for pos, _, _ in consts}
+        wants = _merge(self.wants, consts, lambda v, d: False)
 
         def host(*vals):
-            return op.backward(Driver(budget, op.name), vals[:n], vals[n], vals[n + 1], wants)
+            inputs = _merge(vals[:n], consts, _const_value)
+            grads = op.backward(Driver(budget, op.name), inputs, vals[n], vals[n + 1], wants)
+            return [gr for pos, gr in enumerate(grads) if pos not in const_pos]
 
         return tuple(_run_on_host(host, self.in_avals, self.out_aval, args))
 
@@ -382,6 +416,19 @@ def _zero_like(t):
 
 
 def bind(op, budget: MemoryBudget, *args):
-    """Apply ``op`` to ``args`` (DiskArrays, traced ones, or 0-d JAX values)."""
-    prim = OocPrim(op, budget, tuple(_in_type(a) for a in args), backward_of=current_backward_of())
-    return prim(*args)
+    """Apply ``op`` to ``args``: DiskArrays (traced or not), 0-d JAX values, numbers."""
+    dtype = next(t.dtype for t in map(type_of, args) if t is not None)
+    consts, dynamic = [], []
+    for pos, a in enumerate(args):
+        if isinstance(a, (int, float, np.number)):
+            consts.append((pos, a.item() if isinstance(a, np.number) else a, dtype.str))
+        else:
+            dynamic.append(as_input(a, dtype, op.name))
+    prim = OocPrim(
+        op,
+        budget,
+        tuple(_in_type(a) for a in dynamic),
+        tuple(consts),
+        backward_of=current_backward_of(),
+    )
+    return prim(*dynamic)

@@ -18,7 +18,7 @@ import numpy as np
 from jax.experimental import hijax as _hx
 
 from ._budget import MemoryBudget, get_budget
-from ._hijax import DiskArrayType, as_input, bind, type_of
+from ._hijax import DiskArrayType, bind, type_of
 
 __all__ = ["BlockParallelOp", "CustomOp", "make_op"]
 
@@ -164,11 +164,9 @@ def make_op(op_class: type[_OpBase], doc: str | None = None) -> Callable[..., An
 
 def apply(op: _OpBase, *arrays, budget: MemoryBudget | int | str | None = None):
     """Run ``op`` on ``arrays`` (used by `make_op` and the built-in operations)."""
-    dtype = next((type_of(a).dtype for a in arrays if type_of(a) is not None), None)
-    if dtype is None:
+    if all(type_of(a) is None for a in arrays):
         raise TypeError(f"{op.name}: at least one argument must be a DiskArray.")
-    inputs = [as_input(a, dtype, op.name) for a in arrays]
-    return bind(op, get_budget(budget), *inputs)
+    return bind(op, get_budget(budget), *arrays)
 
 
 def _snake(name: str) -> str:

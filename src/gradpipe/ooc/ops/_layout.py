@@ -88,8 +88,9 @@ def getitem(x, index, *, budget=None):
     """
     t = type_of(x)
     index = index if isinstance(index, tuple) else (index,)
-    if Ellipsis in index:
-        i = index.index(Ellipsis)
+    ellipses = [i for i, ix in enumerate(index) if ix is Ellipsis]
+    if ellipses:
+        i = ellipses[0]
         index = index[:i] + (slice(None),) * (len(t.shape) - len(index) + 1) + index[i + 1 :]
     if len(index) > len(t.shape):
         raise IndexError(f"too many indices ({len(index)}) for a DiskArray of shape {t.shape}.")

@@ -29,14 +29,14 @@ class _Reduction(BlockParallelOp):
     axes: tuple[int, ...]
     keepdims: bool = False
 
-    def output_shape(self, s):
+    def output_shape(self, s, *_):
         return tuple(
             1 if a in self.axes else n
             for a, n in enumerate(s)
             if self.keepdims or a not in self.axes
         )
 
-    def reduction_shape(self, s):
+    def reduction_shape(self, s, *_):
         return tuple(s[a] for a in self.axes)
 
     def index_map(self, out_r, red_r, s):

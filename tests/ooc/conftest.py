@@ -1,0 +1,36 @@
+import gc
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradpipe import ooc
+from gradpipe.ooc import _handles
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_root():
+    """Every test's scratch files go to one directory, which must end up empty."""
+    root = Path(tempfile.mkdtemp(prefix="gradpipe-ooc-tests-"))
+    ooc.set_scratch_dir(root)
+    yield root
+    _handles.sweep()
+    gc.collect()
+    leftovers = [p for p in root.rglob("*") if p.is_file()]
+    ooc.set_scratch_dir(None)
+    shutil.rmtree(root, ignore_errors=True)
+    assert not leftovers, f"scratch files left behind: {leftovers[:5]}"
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+@pytest.fixture
+def tiny_budget():
+    """A budget so small that every test array is cut into many uneven tiles."""
+    with ooc.MemoryBudget(8192) as b:
+        yield b
