@@ -3,6 +3,7 @@ integer leaves, static inputs, compilation reuse, path errors, pipelines."""
 
 import copy
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
@@ -10,7 +11,6 @@ import pytest
 from conftest import NestedIn, NestedOut, nested_fn, nested_inputs
 
 import gradpipe as gp
-import jax
 from gradpipe.component import Array, Component, ComponentInputError, Differentiable
 
 # Every differentiable float leaf of the nested component, with where it sits in the

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-import jax
 from gradpipe.core import Operator
 
 from ._endpoints import Programs, Selection, Signature

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jax.numpy as jnp
-
 import jax
+import jax.numpy as jnp
 
 from ._paths import ComponentInputError, canonical_paths
 from ._schema import ArrayNode, ModelNode, is_inexact

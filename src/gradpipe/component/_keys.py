@@ -32,10 +32,9 @@ import enum
 import struct
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
-
-import jax
 
 __all__ = ["ContentKey", "StaticValue", "bitwise_equal", "fingerprint"]
 

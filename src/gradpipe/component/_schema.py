@@ -17,11 +17,10 @@ import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin
 
+import jax
 import numpy as np
 import pydantic
 from pydantic_core import core_schema
-
-import jax
 
 from ._paths import join_name
 

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
-
-import jax
 
 from ._keys import StaticValue
 from ._paths import ComponentInputError, join_index, join_key, join_name
