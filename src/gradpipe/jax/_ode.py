@@ -190,7 +190,7 @@ class ODEForwardModel(JaxOperator):
 
         A `TruncatedAdjoint` raises `ValueError`: use `truncated_scan` over steps.
         """
-        return eqx.tree_at(lambda m: m.adjoint, self, _check_spec(spec))
+        return dataclasses.replace(self, adjoint=_check_spec(spec))
 
     def step(self, state: Any, dt: float | jax.Array) -> Any:
         """The state after integrating for `dt` from ``state`` at ``t = 0``."""

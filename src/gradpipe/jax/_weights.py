@@ -102,7 +102,7 @@ def serialize_weights(tree: Any) -> bytes:
     """
     import safetensors.numpy
 
-    tensors = {path: np.ascontiguousarray(np.asarray(leaf)) for path, leaf in _array_leaves(tree)}
+    tensors = {path: np.array(leaf, order="C") for path, leaf in _array_leaves(tree)}
     try:
         return safetensors.numpy.save(tensors, metadata={"format": _FORMAT})
     except Exception as error:  # safetensors names no path in its errors
