@@ -20,6 +20,7 @@ from ._array import DiskArray
 from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from ._driver import Driver, set_progress
 from ._hijax import DiskArrayType
+from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
 from ._op import BlockParallelOp, CustomOp, make_op
 from ._storage import FORMAT_VERSION, get_scratch_dir, set_scratch_dir
@@ -44,5 +45,8 @@ __all__ = [
     "set_default_budget",
     "set_progress",
     "set_scratch_dir",
+    "from_zarr",
+    "to_memmap",
+    "to_zarr",
     *_ops_all,
 ]

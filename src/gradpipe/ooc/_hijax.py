@@ -161,6 +161,8 @@ class DiskArrayType(_hx.HiType):
     def _getitem(self, x, idx):
         return _op("getitem")(x, idx)
 
+    to_numpy = _hx.aval_method(lambda self, *a, **k: _refuse_read("to_numpy()"))
+    save = _hx.aval_method(lambda self, *a, **k: _refuse_read("save()"))
     T = _hx.aval_property(lambda self: _op("transpose")(self))
     update_ = _hx.aval_method(lambda self, value: _op("update_")(self, value))
     sum = _hx.aval_method(lambda self, axis=None, keepdims=False: _op("sum")(self, axis, keepdims))
@@ -168,6 +170,13 @@ class DiskArrayType(_hx.HiType):
         lambda self, axis=None, keepdims=False: _op("mean")(self, axis, keepdims)
     )
     max = _hx.aval_method(lambda self, axis=None, keepdims=False: _op("max")(self, axis, keepdims))
+
+
+def _refuse_read(what: str):
+    raise TypeError(
+        f"DiskArray.{what} needs the data, but this DiskArray is being traced by JAX "
+        "(inside jax.jit/grad). Return it from the traced function and use it outside."
+    )
 
 
 def _op(name: str):
