@@ -122,3 +122,35 @@ def test_remote_error_names_the_path(remote):
     with pytest.raises(RemoteError, match="x") as info:
         remote.apply({**GOOD, "x": np.zeros((2, 2), np.float32)})
     assert info.value.status == 422 and info.value.path == "x"
+
+
+def test_fuzzed_requests_never_give_a_server_error(server_url):
+    """Random mixes of wrong values in every request field: always 4xx or 200, never 5xx."""
+    rng = np.random.default_rng(3)
+    arr = np.ones(3, np.float32)
+    values = [
+        None, 1, -1, 2.5, "x", True, [], {}, [1, 2], {"x": 1}, arr, np.zeros((2, 2), np.int8),
+        {"shape": [3], "dtype": "float32"}, {"shape": "abc", "dtype": "float32"},
+        {"shape": [-1], "dtype": "float32"}, {"shape": [3], "dtype": "nope"},
+        {**GOOD, "n": "str"}, {**GOOD, "p": None}, {**GOOD, "p": {"a": None}},
+        ["x", 1], ["p.a", "zz[", "x[0]"], "0" * 32, {"y": arr}, {"y": None}, {"x": "abc"},
+        {"": arr}, {"y": np.ones(2, np.float64)},
+    ]  # fmt: skip
+    fields = ["inputs", "abstract_inputs", "jac_inputs", "jac_outputs", "jvp_inputs",
+              "jvp_outputs", "tangents", "vjp_inputs", "vjp_outputs", "cotangents", "handle",
+              "keep_residuals", "batch_size", "batched_paths"]  # fmt: skip
+    endpoints = ["apply", "jacobian", "jvp", "vjp", "abstract_eval"]
+    with httpx.Client(base_url=server_url, headers=AUTH) as client:
+        for _ in range(150):
+            chosen = rng.choice(fields, size=rng.integers(1, 5), replace=False)
+            doc = {str(f): values[rng.integers(len(values))] for f in chosen}
+            if rng.random() < 0.5:
+                doc["inputs"] = GOOD
+            content_type = (BINARY, JSON)[rng.integers(2)]
+            endpoint = endpoints[rng.integers(len(endpoints))]
+            response = client.post(
+                f"/{endpoint}",
+                content=encode(doc, content_type),
+                headers={"Content-Type": content_type},
+            )
+            assert response.status_code < 500, (endpoint, doc, response.text)

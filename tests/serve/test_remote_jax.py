@@ -1,11 +1,11 @@
 """A RemoteComponent inside JAX: jit, grad, jvp, vmap and pipelines equal local results."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from served_components import forward
 
-import jax
 from gradpipe import Lambda
 
 RNG = np.random.default_rng(1)
