@@ -10,7 +10,7 @@ updates them, ``eqx.tree_at`` swaps a step, and ``jax.vmap`` maps over parameter
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Self
 
 import equinox as eqx
@@ -37,24 +37,15 @@ def _is_array(value: Any) -> bool:
     return eqx.is_array(value)
 
 
-def _specs_for_arrays(value: Any) -> Any:
-    """``value`` with every array (also inside lists, tuples, dicts) as its spec."""
-    if _is_array(value):
-        return array_spec(value)
+def _replace_in_config(value: Any, match: Callable[[Any], bool], new: Callable[[Any], Any]) -> Any:
+    """``value`` with each part that ``match``es replaced by ``new(part)``, looking
+    through lists, tuples and dicts (the containers a configuration may hold)."""
+    if match(value):
+        return new(value)
     if type(value) in (list, tuple):
-        return type(value)(_specs_for_arrays(v) for v in value)
+        return type(value)(_replace_in_config(v, match, new) for v in value)
     if type(value) is dict:
-        return {k: _specs_for_arrays(v) for k, v in value.items()}
-    return value
-
-
-def _placeholders_for_specs(value: Any) -> Any:
-    if is_array_spec(value):
-        return placeholder_array(value)
-    if type(value) in (list, tuple):
-        return type(value)(_placeholders_for_specs(v) for v in value)
-    if type(value) is dict:
-        return {k: _placeholders_for_specs(v) for k, v in value.items()}
+        return {k: _replace_in_config(v, match, new) for k, v in value.items()}
     return value
 
 
@@ -107,25 +98,35 @@ class JaxOperator(Operator, eqx.Module):
             leaves = jax.tree_util.tree_leaves(value, is_leaf=lambda x: isinstance(x, eqx.Module))
             for leaf in leaves:
                 if isinstance(leaf, _CONFIG_SCALARS):
+                    kind = type(leaf).__name__
+                    fix = (
+                        f"Declare a configuration value as "
+                        f"`{f.name}: {kind} = eqx.field(static=True)`"
+                    )
+                    if not isinstance(leaf, str):
+                        fix += (
+                            f", or, for a parameter to learn, store an array: jnp.asarray({leaf!r})"
+                        )
                     raise TypeError(
-                        f"{type(self).__name__}.{f.name} holds a {type(leaf).__name__} "
-                        f"({leaf!r}) in a field that is a PyTree leaf. Declare a configuration "
-                        f"value as `{f.name}: {type(leaf).__name__} = "
-                        f"eqx.field(static=True)`, or, for a parameter to learn, store an "
-                        f"array: jnp.asarray({leaf!r})."
+                        f"{type(self).__name__}.{f.name} holds a {kind} ({leaf!r}) in a field "
+                        f"that is a PyTree leaf, so it would be traced. {fix}."
                     )
 
     # -- configuration -----------------------------------------------------------
 
     def get_config(self) -> dict[str, Any]:
         """The ``__init__`` arguments, with every array recorded as its shape and dtype."""
-        return {k: _specs_for_arrays(v) for k, v in super().get_config().items()}
+        config = super().get_config()
+        return {k: _replace_in_config(v, _is_array, array_spec) for k, v in config.items()}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Self:
         """Rebuild from `get_config`; arrays become NaN placeholders (see `with_weights`)."""
         static = _static_fields(cls)
-        args = {k: v if k in static else _placeholders_for_specs(v) for k, v in config.items()}
+        args = {
+            k: v if k in static else _replace_in_config(v, is_array_spec, placeholder_array)
+            for k, v in config.items()
+        }
         return cls(**args)
 
     # -- weights -----------------------------------------------------------------

@@ -61,9 +61,9 @@ def truncated_scan(
         raise TypeError(f"truncated_scan: k must be an int, got {type(k).__name__}.") from None
     if k < 1:
         raise ValueError(
-            f"truncated_scan: k must be at least 1, got k={k}. To stop every gradient "
-            f"through the carry, pass jax.lax.stop_gradient(init) to lax.scan and cut "
-            f"inside f."
+            f"truncated_scan: k must be at least 1, got k={k}. k=1 keeps the gradient "
+            f"through the last step only; to cut it there too, apply "
+            f"jax.lax.stop_gradient to the carry inside f."
         )
     leaves = jax.tree_util.tree_leaves(xs)
     if length is None:
