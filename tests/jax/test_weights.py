@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_pytree import Affine, Combine, Invert
 
 import gradpipe as gp
@@ -132,3 +134,31 @@ def test_numpy_leaves_stay_numpy():
     loaded = with_weights(module, serialize_weights(BandInversion(np.ones(5))))
     assert isinstance(loaded.log_k, np.ndarray)
     np.testing.assert_array_equal(loaded.log_k, np.ones(5))
+
+
+_DTYPES = ["float16", "float32", "int8", "int32", "uint8", "bool"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    specs=st.lists(
+        st.tuples(st.sampled_from(_DTYPES), st.lists(st.integers(0, 4), min_size=0, max_size=3)),
+        min_size=0,
+        max_size=4,
+    ),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_any_tree_of_arrays_round_trips_exactly(specs, seed):
+    rng = np.random.default_rng(seed)
+    tree = {
+        f"leaf{i}": (rng.standard_normal(shape) * 50).astype(dtype)
+        for i, (dtype, shape) in enumerate(specs)
+    }
+    tree["nested"] = [tuple(tree.values())]
+    blob = serialize_weights(tree)
+    empty = jax.tree_util.tree_map(np.zeros_like, tree)
+    back = with_weights(empty, blob)
+    assert serialize_weights(back) == blob
+    for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(tree)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
