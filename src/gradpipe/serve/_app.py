@@ -28,14 +28,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-
-import jax
 
 from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode, encode, media_type
 from ._handles import HandleStore, UnknownHandle
