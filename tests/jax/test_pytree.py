@@ -178,3 +178,12 @@ def test_plain_operator_step_is_an_opaque_leaf():
     assert eqx.filter_jit(lambda s, y: s(y))(seq, y) == pytest.approx(500.0, rel=1e-5)
     with pytest.raises(TypeError, match=r"JaxSequential\.operators\[1\]"):
         JaxSequential([Invert(jnp.log(K)), jnp.sum])
+
+
+def test_vmap_over_a_batch_of_whole_pipelines(x64):
+    _, y = _data()
+    pipelines = [_pipeline(jnp.log(K * f)) for f in (0.9, 1.0, 1.1)]
+    stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *pipelines)
+    assert type(stacked) is JaxSequential and stacked.operators[0].log_k.shape == (3, 5)
+    batched = jax.vmap(lambda p: p(y[1]))(stacked)
+    np.testing.assert_allclose(batched, [p(y[1]) for p in pipelines], rtol=1e-12)
