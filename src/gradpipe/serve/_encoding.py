@@ -132,10 +132,10 @@ def _to_wire(value: Any, binary: bool) -> Any:
         return {str(k): _to_wire(v, binary) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_to_wire(v, binary) for v in value]
+    if _is_array(value):  # first: np.float64 is also a float, and stays an array
+        return _encode_array(value, binary)
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    if _is_array(value):
-        return _encode_array(value, binary)
     raise PayloadError(f"a {type(value).__name__} cannot be sent; send arrays and JSON values.")
 
 
