@@ -28,17 +28,26 @@ def _branch_fn(branch: Callable[..., Any]) -> Callable[[tuple, dict], Any]:
     return lambda operands: branch(*operands[0], **operands[1])
 
 
-def _output_types(branch: Callable[..., Any], args: tuple, kwargs: dict) -> str:
+def _output_types(branch: Callable[..., Any], args: tuple, kwargs: dict) -> str | None:
+    """``float32[3]``-style description of a branch's output; ``None`` if it fails."""
     try:
         return describe(jax.eval_shape(lambda a, k: branch(*a, **k), args, kwargs))
-    except Exception as error:  # the branch itself fails to trace
-        return f"<fails: {type(error).__name__}>"
+    except Exception:
+        return None
 
 
-def _check_same_outputs(owner: str, labels: Sequence[str], branches, args, kwargs, error):
-    """Re-raise a ``lax`` output mismatch as an error naming every branch's output."""
+def _check_same_outputs(
+    owner: str,
+    labels: Sequence[str],
+    branches: Sequence[Callable[..., Any]],
+    args: tuple,
+    kwargs: dict,
+    error: TypeError,
+) -> None:
+    """Re-raise a ``lax`` output mismatch as an error naming every branch's output;
+    any other error (a branch that fails by itself) propagates unchanged."""
     kinds = [_output_types(b, args, kwargs) for b in branches]
-    if len(set(kinds)) > 1:
+    if None not in kinds and len(set(kinds)) > 1:
         listed = "; ".join(f"{label} returns {kind}" for label, kind in zip(labels, kinds))
         raise TypeError(
             f"{owner}: every branch must return the same structure, shapes and dtypes, "
