@@ -19,7 +19,7 @@ from ._keys import ContentKey
 from ._paths import ComponentInputError, canonical_path
 from ._residuals import CacheLimits, ResidualCache, Residuals
 from ._schema import LeafSpec, leaf_specs, model_node
-from ._tree import flatten_inputs, rebuild, validation_error
+from ._tree import flatten_inputs, rebuild, to_device, validation_error
 
 __all__ = ["Component"]
 
@@ -375,5 +375,5 @@ def _vectors(sig: Signature, selection: Selection, given: Any, side: str,
                 f"{tuple(avals[i].shape)} (the shape of that {side}).",
             )
         if jnp.issubdtype(avals[i].dtype, jnp.inexact):
-            vectors[i] = jnp.asarray(value, dtype=avals[i].dtype)
+            vectors[i] = to_device(value, avals[i].dtype)
     return vectors

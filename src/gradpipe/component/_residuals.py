@@ -134,10 +134,13 @@ class ResidualCache:
         nbytes = residuals.nbytes + sum(a.nbytes for a in key.arrays if id(a) not in held)
         if nbytes > self.limits.max_bytes or self.limits.max_entries == 0:
             return False
-        found = self._find(key)
         with self._lock:
-            if found is not None and found[0] in self._entries:
-                self._nbytes -= self._entries.pop(found[0]).nbytes
+            # An entry whose key shares the new key's hash is almost surely the same
+            # input applied again; it is replaced without reading the arrays to
+            # compare them. If it was a different input, the cost is a recomputation
+            # on its next vjp, never a wrong answer: lookups still compare exactly.
+            for serial in [n for n, e in self._entries.items() if hash(e.key) == hash(key)]:
+                self._nbytes -= self._entries.pop(serial).nbytes
             self._serial += 1
             self._entries[self._serial] = _Entry(key, residuals, nbytes)
             self._nbytes += nbytes

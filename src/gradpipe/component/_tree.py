@@ -29,6 +29,7 @@ __all__ = [
     "flatten_outputs",
     "loc_to_path",
     "rebuild",
+    "to_device",
     "validation_error",
 ]
 
@@ -70,7 +71,7 @@ def flatten_inputs(
             if abstract:
                 array = _abstract_array(node, value, path)
             else:
-                array = jnp.asarray(value, dtype=node.spec.dtype)
+                array = to_device(value, node.spec.dtype)
             if not node.spec.shape_matches(array.shape):
                 raise ComponentInputError(
                     path,
@@ -113,6 +114,16 @@ def flatten_inputs(
 
     structure = walk(node, value, "")
     return FlatInputs(structure, tuple(arrays), tuple(paths), tuple(nodes))
+
+
+def to_device(value: Any, dtype: np.dtype) -> jax.Array:
+    """``value`` as a JAX array of ``dtype`` that nothing else can change."""
+    if isinstance(value, jax.Array):
+        return jnp.asarray(value, dtype=dtype)  # also drops a weak type
+    # A private host copy: the transfer may read it after this call returns, and the
+    # caller may reuse their buffer at once. (``jnp.asarray`` of a large NumPy array
+    # is also several times slower than this.)
+    return jax.device_put(np.array(value, dtype=dtype, copy=True))
 
 
 def _field(node: ModelNode, value: Mapping[str, Any], name: str, path: str) -> Any:
