@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ._budget import MemoryBudget, plan_tiles
+from ._allocator import use_mmap_for_tiles
+from ._budget import MemoryBudget, default_page_shape, plan_tiles
 from ._storage import PagedFile, Region
 
 __all__ = ["Driver", "set_progress"]
@@ -59,13 +60,12 @@ class Driver:
     def __init__(self, budget: MemoryBudget, name: str = "ooc"):
         self.budget = budget
         self.name = name
+        use_mmap_for_tiles()
 
     # -- toolkit -------------------------------------------------------------
 
     def allocate(self, shape, dtype, page_shape=None) -> PagedFile:
         """A new zero-filled scratch array file (call ``.commit()`` once written)."""
-        from ._budget import default_page_shape
-
         shape = tuple(shape)
         if page_shape is None:
             page_shape = default_page_shape(shape, np.dtype(dtype).itemsize, self.budget)
@@ -166,6 +166,8 @@ class Driver:
         try:
             for (out_r, first, last, _), blocks in self._prefetched(steps, inputs):
                 part = op.forward_block(*blocks)
+                if first and not last and any(part is b for b in blocks):
+                    part = part.copy()  # `combine` may update the accumulator in place
                 acc = part if first else op.combine(acc, part)
                 if last and out is not None:
                     out.write(out_r, acc)

@@ -100,7 +100,9 @@ class BlockParallelOp(_OpBase):
         raise NotImplementedError(f"{self.name} must define backward_block to be differentiated.")
 
     def combine(self, acc: np.ndarray, part: np.ndarray) -> np.ndarray:
-        return acc + part
+        """Fold ``part`` into ``acc`` (which the driver owns: updating it in place is fine)."""
+        acc += part
+        return acc
 
     # -- what the primitives call ---------------------------------------------
 

@@ -252,6 +252,10 @@ class PagedFile:
             return out
         ps = self.page_shape
         for first, run in self._page_runs(region):
+            if run == 1 and self._is_whole_page(region, first):
+                # the common case of a tile equal to a page: read straight into `out`
+                self._pread_into(out, first)
+                continue
             buf = np.empty((run, *ps), self.dtype)
             got = os.preadv(self._fd, [memoryview(buf).cast("B")], self._page_offset(first))
             if got != buf.nbytes:
@@ -271,6 +275,10 @@ class PagedFile:
         ps = self.page_shape
         for first, run in self._page_runs(region):
             offset = self._page_offset(first)
+            if run == 1 and self._is_whole_page(region, first):
+                view = memoryview(np.ascontiguousarray(data)).cast("B")
+                _pwrite_all(self._fd, view, offset, self.path)
+                continue
             buf = np.empty((run, *ps), self.dtype)
             if not self._covers(region, first, run):
                 os.preadv(self._fd, [memoryview(buf).cast("B")], offset)
@@ -288,6 +296,18 @@ class PagedFile:
         return tuple(
             slice(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(region, self.shape)
         )
+
+    def _is_whole_page(self, region: Region, first: tuple[int, ...]) -> bool:
+        """Whether ``region`` is exactly the (full-size) page ``first``."""
+        return all(
+            s.start == i * p and s.stop == (i + 1) * p
+            for s, p, i in zip(region, self.page_shape, first)
+        )
+
+    def _pread_into(self, out: np.ndarray, first: tuple[int, ...]) -> None:
+        got = os.preadv(self._fd, [memoryview(out).cast("B")], self._page_offset(first))
+        if got != out.nbytes:
+            raise OSError(f"short read from {self.path!r}: the file is truncated.")
 
     def _covers(self, region: Region, first: tuple[int, ...], run: int) -> bool:
         """Whether ``region`` covers the whole (in-array part of the) page run."""

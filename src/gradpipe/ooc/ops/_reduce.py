@@ -89,6 +89,8 @@ class Max(_Reduction):
         return np.max(x, axis=self.axes, keepdims=self.keepdims)
 
     def combine(self, acc, part):
+        if isinstance(acc, np.ndarray) and acc.shape:
+            return np.maximum(acc, part, out=acc)
         return np.maximum(acc, part)
 
     def backward(self, driver, inputs, output, g, wants):
