@@ -7,7 +7,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from conftest import TOKEN
+from conftest import TOKEN, json_array
 
 from gradpipe.serve import RemoteComponent
 
@@ -66,16 +66,8 @@ def test_concurrent_mixed_requests(server_url, local):
 
 
 def test_gradpipe_call(server_url, tmp_path):
-    payload = {
-        "inputs": {
-            "x": {"object_type": "array", "dtype": "float32", "shape": [2],
-                  "data": {"buffer": [0.0, 1.0], "encoding": "json"}},
-            "w": {"object_type": "array", "dtype": "float32", "shape": [],
-                  "data": {"buffer": 1.0, "encoding": "json"}},
-            "p": {"a": {"object_type": "array", "dtype": "float32", "shape": [2],
-                        "data": {"buffer": [0.0, 0.0], "encoding": "json"}}},
-        }
-    }  # fmt: skip
+    payload = {"inputs": {"x": json_array([0.0, 1.0]), "w": json_array(1.0),
+                          "p": {"a": json_array([0.0, 0.0])}}}  # fmt: skip
     path = tmp_path / "payload.json"
     path.write_text(json.dumps(payload))
     env = {**os.environ, "GRADPIPE_TOKEN": TOKEN}

@@ -3,7 +3,7 @@
 import httpx
 import numpy as np
 import pytest
-from conftest import TOKEN
+from conftest import TOKEN, json_array
 
 from gradpipe.serve import BINARY, JSON, RemoteComponent, decode, encode
 
@@ -108,16 +108,8 @@ def test_content_negotiation(server_url, local, request_type, accept):
 
 def test_json_nested_lists_accepted(server_url, local):
     """A hand-written JSON request may give arrays as nested lists."""
-    body = {
-        "inputs": {
-            "x": {"object_type": "array", "dtype": "float32", "shape": [2],
-                  "data": {"buffer": [0.5, 1.5], "encoding": "json"}},
-            "w": {"object_type": "array", "dtype": "float32", "shape": [],
-                  "data": {"buffer": 2.0, "encoding": "json"}},
-            "p": {"a": {"object_type": "array", "dtype": "float32", "shape": [2],
-                        "data": {"buffer": [1.0, 1.0], "encoding": "json"}}},
-        }
-    }  # fmt: skip
+    body = {"inputs": {"x": json_array([0.5, 1.5]), "w": json_array(2.0),
+                       "p": {"a": json_array([1.0, 1.0])}}}  # fmt: skip
     headers = {"Authorization": f"Bearer {TOKEN}"}
     response = httpx.post(f"{server_url}/apply", json=body, headers=headers)
     assert response.status_code == 200, response.text
