@@ -57,7 +57,7 @@ def flatten_inputs(
 
     With ``abstract=True``, ``value`` is an unvalidated dict whose array leaves are
     ``{"shape": [...], "dtype": "..."}`` dicts (or anything with ``shape`` and
-    ``dtype``); they become ``jax.ShapeDtypeStruct``s, and static leaves and missing
+    ``dtype``, or concrete values); they become ``jax.ShapeDtypeStruct``s, and static leaves and missing
     fields are validated here.
     """
     arrays: list[jax.Array] = []
@@ -106,7 +106,11 @@ def flatten_inputs(
                 for name, child in node.fields
             )
         if isinstance(node, ListNode):
+            if not isinstance(value, list | tuple):
+                raise ComponentInputError(path, f"Input {path!r} must be a list.")
             return ("list", *(walk(node.item, v, join_index(path, i)) for i, v in enumerate(value)))
+        if not isinstance(value, Mapping):
+            raise ComponentInputError(path, f"Input {path!r} must be a dict.")
         return (
             "dict",
             *((key, walk(node.value, value[key], join_key(path, key))) for key in sorted(value)),
@@ -142,9 +146,16 @@ def _abstract_array(node: ArrayNode, value: Any, path: str) -> jax.ShapeDtypeStr
     elif hasattr(value, "shape") and hasattr(value, "dtype"):
         shape, dtype = value.shape, value.dtype
     else:
-        raise ComponentInputError(
-            path, f"Abstract input {path!r} must be {{'shape': [...], 'dtype': '...'}}."
-        )
+        try:
+            concrete = np.asarray(value)
+        except (TypeError, ValueError):
+            concrete = np.asarray(None)
+        if isinstance(value, Mapping) or concrete.dtype == object:
+            raise ComponentInputError(
+                path,
+                f"Abstract input {path!r} must be {{'shape': [...], 'dtype': '...'}} or an array.",
+            )
+        shape, dtype = concrete.shape, concrete.dtype
     try:
         shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
     except (TypeError, ValueError):
@@ -268,4 +279,5 @@ def validation_error(
     count = error.error_count()
     more = f" ({count - 1} more error{'s' if count > 2 else ''})" if count > 1 else ""
     where = f"Input {path!r}" if path else "The input"
-    return ComponentInputError(path, f"{where}: {first['msg']}{more}.")
+    message = first["msg"].removeprefix("Value error, ")
+    return ComponentInputError(path, f"{where}: {message}{more}.")
