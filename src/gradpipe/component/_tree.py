@@ -56,9 +56,9 @@ def flatten_inputs(
     """Flatten a validated input model along ``node``.
 
     With ``abstract=True``, ``value`` is an unvalidated dict whose array leaves are
-    ``{"shape": [...], "dtype": "..."}`` dicts (or anything with ``shape`` and
-    ``dtype``, or concrete values); they become ``jax.ShapeDtypeStruct``s, and static leaves and missing
-    fields are validated here.
+    ``{"shape": [...], "dtype": "..."}`` dicts, anything with ``shape`` and ``dtype``,
+    or concrete values; they become ``jax.ShapeDtypeStruct``s, and static leaves and
+    missing fields are validated here.
     """
     arrays: list[jax.Array] = []
     paths: list[str] = []
