@@ -134,3 +134,16 @@ def test_unknown_handle_falls_back_to_inputs(remote, local):
     )
     close(got["x"], local.vjp(inputs, ["x"], ["y"], cot)["x"])
     assert delta == {"vjp:410": 1, "vjp": 1}
+
+
+def test_vmap_of_grad_and_grad_of_vmap(remote):
+    xs = jnp.asarray(RNG.normal(size=(3, 6)).astype(np.float32))
+
+    def per_element(f):
+        return jax.vmap(jax.grad(lambda x: loss(f, x, W, A)))(xs)
+
+    def batched(f):
+        return jax.grad(lambda xs: jax.vmap(lambda x: loss(f, x, W, A))(xs).sum())(xs)
+
+    close(per_element(remote), per_element(forward))
+    close(batched(remote), batched(forward))

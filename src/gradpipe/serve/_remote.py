@@ -14,6 +14,8 @@ How JAX transformations become requests (``x`` the inputs, ``ct`` a cotangent):
   otherwise the client sends one request per element. Both give the per-element
   answer of the function, so a function that is not batch-polymorphic is never
   silently batched wrongly. Nested ``vmap`` is flattened into one batch.
+- ``vmap`` of a derivative (``vmap(grad(f))``): one forward and one vjp (or jvp)
+  request per element.
 
 The output shapes JAX needs before running anything come from ``/abstract_eval``,
 asked once per distinct input shapes/dtypes/static values and cached.
@@ -37,9 +39,12 @@ from gradpipe.core import Operator
 
 from ._client import Client, UnknownHandleError
 from ._handles import HANDLE_BYTES
+from ._linear_call_vmap import install as _install_linear_call_vmap
 from ._paths import flatten, is_differentiable_path, keyed_prefixes, unflatten
 
 __all__ = ["RemoteComponent", "connect"]
+
+_install_linear_call_vmap()  # so that vmap of a derivative of a remote call works
 
 
 def _is_array(value: Any) -> bool:
