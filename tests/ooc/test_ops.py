@@ -71,8 +71,11 @@ def test_matmul_refuses_mismatched_shapes():
 # ---------------------------------------------------------------- reductions
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES_2D + [(5, 3, 7)])
+@pytest.mark.parametrize(
+    "dtype,shape",
+    [(np.float32, s) for s in [(1, 1), (1, 7), (7, 1), (31, 29), (5, 3, 7)]] + [(np.float64, (13, 17))],
+    ids=str,
+)
 @pytest.mark.parametrize("name", ["sum", "mean", "max"])
 def test_reductions_match_numpy(rng, tiny_budget, dtype, shape, name):
     X = rng.standard_normal(shape).astype(dtype)
@@ -88,9 +91,10 @@ def test_reductions_match_numpy(rng, tiny_budget, dtype, shape, name):
             assert got.shape == want.shape
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "dtype,axis", [(np.float32, None), (np.float32, 0), (np.float32, 1), (np.float64, 1)]
+)
 @pytest.mark.parametrize("name", ["sum", "mean", "max"])
-@pytest.mark.parametrize("axis", [None, 0, 1])
 def test_reduction_gradients_match_jax(rng, tiny_budget, dtype, name, axis):
     X = rng.standard_normal((13, 17)).astype(dtype)
     ooc_f, jnp_f = getattr(ooc, name), getattr(jnp, name)
@@ -160,8 +164,8 @@ BROADCASTS = [((13, 17), (13, 17)), ((13, 17), (1, 17)), ((13, 17), (17,)), ((13
               ((1, 1), (7, 1)), ((5, 3, 7), (3, 1))]
 
 
-BINARY_CASES = [(np.float32, n, s) for n in sorted(BINARY) for s in BROADCASTS] + [
-    (np.float64, n, s) for n in sorted(BINARY) for s in BROADCASTS[1:3]
+BINARY_CASES = [(np.float32, n, s) for n in sorted(BINARY) for s in BROADCASTS[1:5]] + [
+    (np.float64, n, BROADCASTS[i % 6]) for i, n in enumerate(sorted(BINARY))
 ]
 
 
@@ -208,8 +212,14 @@ def test_in_memory_arrays_are_refused_with_advice():
 # ---------------------------------------------------------------- layout
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,axes", [((13, 17), None), ((1, 7), None), ((5, 3, 7), (2, 0, 1))])
+@pytest.mark.parametrize(
+    "dtype,shape,axes",
+    [
+        (np.float32, (13, 17), None),
+        (np.float32, (1, 7), None),
+        (np.float64, (5, 3, 7), (2, 0, 1)),
+    ],
+)
 def test_transpose_values_and_gradients(rng, tiny_budget, dtype, shape, axes):
     X = rng.standard_normal(shape).astype(dtype)
     np.testing.assert_allclose(ooc.transpose(disk(X), axes).to_numpy(force=True), np.transpose(X, axes))
@@ -230,8 +240,11 @@ INDICES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("index", INDICES, ids=str)
+@pytest.mark.parametrize(
+    "dtype,index",
+    [(np.float32, ix) for ix in INDICES] + [(np.float64, INDICES[1])],
+    ids=str,
+)
 def test_slicing_values_and_gradients(rng, tiny_budget, dtype, index):
     X = rng.standard_normal((13, 17)).astype(dtype)
     np.testing.assert_allclose(disk(X)[index].to_numpy(force=True), X[index])
