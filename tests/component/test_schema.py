@@ -8,6 +8,9 @@ import numpy as np
 import pydantic
 import pytest
 from conftest import NestedIn, NestedOut
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from gradpipe.component import (
     Array,
@@ -138,3 +141,23 @@ def test_content_keys_compare_bits_dtype_shape():
     assert ContentKey((), (c,)) != ContentKey((), (jnp.conj(c),))
     b = jnp.array([True, False])
     assert ContentKey((), (b,)) != ContentKey((), (~b,))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=hnp.arrays(
+        st.sampled_from([np.float32, np.int32, np.uint8]),
+        hnp.array_shapes(min_dims=0, max_dims=2, max_side=4),
+    ),
+    data=st.data(),
+)
+def test_content_keys_are_equal_exactly_when_the_bits_are(a, data):
+    b = data.draw(
+        st.one_of(
+            st.just(a.copy()),
+            hnp.arrays(a.dtype, a.shape),
+            hnp.arrays(a.dtype, hnp.array_shapes(min_dims=0, max_dims=2, max_side=4)),
+        )
+    )
+    same = a.shape == b.shape and a.tobytes() == b.tobytes()
+    assert (ContentKey((), (jnp.asarray(a),)) == ContentKey((), (jnp.asarray(b),))) == same

@@ -13,6 +13,7 @@ class Inputs(pydantic.BaseModel):
 
 from __future__ import annotations
 
+import functools
 import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -259,8 +260,13 @@ class ArrayNode:
 class StaticNode:
     annotation: Any
 
+    @functools.cached_property
+    def _adapter(self) -> pydantic.TypeAdapter:
+        return pydantic.TypeAdapter(self.annotation)
+
     def validate(self, value: Any) -> Any:
-        return _adapter(self.annotation).validate_python(value)
+        """``value`` validated as the field's type (used by `abstract_eval`)."""
+        return self._adapter.validate_python(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -285,15 +291,6 @@ class OptionalNode:
 
 
 Node = ArrayNode | StaticNode | ModelNode | ListNode | DictNode | OptionalNode
-
-_ADAPTERS: dict[int, pydantic.TypeAdapter] = {}
-
-
-def _adapter(annotation: Any) -> pydantic.TypeAdapter:
-    key = id(annotation)
-    if key not in _ADAPTERS:
-        _ADAPTERS[key] = pydantic.TypeAdapter(annotation)
-    return _ADAPTERS[key]
 
 
 def _has_arrays(node: Node) -> bool:
