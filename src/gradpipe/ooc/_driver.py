@@ -73,9 +73,9 @@ class Driver:
 
     @staticmethod
     def read(value: Value, region: Region | None) -> np.ndarray:
-        if isinstance(value, PagedFile):
-            return value.read(region)
-        return np.asarray(value)
+        if isinstance(value, np.ndarray):
+            return value
+        return value.read(region)
 
     # -- planning --------------------------------------------------------------
 

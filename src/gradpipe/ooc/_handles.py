@@ -22,35 +22,50 @@ import weakref
 
 import numpy as np
 
+from ._budget import default_page_shape, get_budget
 from ._storage import PagedFile
 
-__all__ = ["ZERO_HANDLE", "ZeroFile", "claim", "lookup", "register", "sweep"]
+__all__ = ["ZERO_HANDLE", "ConstantFile", "ZeroFile", "claim", "lookup", "register", "sweep"]
 
 #: The handle of an all-zero array of any shape (the additive identity for
 #: gradients), which has no file.
 ZERO_HANDLE = 0
 
 
-class ZeroFile:
-    """An all-zero array with no file behind it (reads return zeros)."""
+class ConstantFile:
+    """An array with every element equal to ``value`` and no file behind it.
 
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype, self.handle = tuple(shape), np.dtype(dtype), ZERO_HANDLE
-        self.page_shape = self.shape
+    Used for the symbolic zero (handle 0) and for the cotangent of a sum over all
+    axes, which would otherwise be written to disk only to be read back.
+    """
+
+    writable = False
+
+    def __init__(self, shape, dtype, value=0):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.value = self.dtype.type(value)
+        self.page_shape = default_page_shape(self.shape, self.dtype.itemsize, get_budget())
 
     def read(self, region=None) -> np.ndarray:
-        if region is None:
-            return np.zeros(self.shape, self.dtype)
-        return np.zeros(tuple(s.stop - s.start for s in region), self.dtype)
+        shape = self.shape if region is None else tuple(s.stop - s.start for s in region)
+        return np.full(shape, self.value, self.dtype)
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape)) * self.dtype.itemsize
 
 
+class ZeroFile(ConstantFile):
+    """The all-zero array of handle 0."""
+
+    def __init__(self, shape, dtype):
+        super().__init__(shape, dtype, 0)
+        self.handle = ZERO_HANDLE
+
+
 _lock = threading.Lock()
 _counter = itertools.count(1)
-_live: weakref.WeakValueDictionary[int, PagedFile] = weakref.WeakValueDictionary()
+_live: weakref.WeakValueDictionary[int, PagedFile | ConstantFile] = weakref.WeakValueDictionary()
 _unclaimed: dict[int, PagedFile] = {}
 _in_flight = [0]
 

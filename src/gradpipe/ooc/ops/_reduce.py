@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from .._hijax import type_of
+from .._handles import ConstantFile
 from .._op import BlockParallelOp, apply, frozen
 
 __all__ = ["Max", "Sum", "max", "mean", "sum"]
@@ -73,6 +74,13 @@ class Sum(_Reduction):
     def backward_block(self, g, x):
         g = self._expand(g, x.ndim)
         return (np.broadcast_to(g * x.dtype.type(self.scale), x.shape).copy(),)
+
+    def backward(self, driver, inputs, output, g, wants):
+        (x,) = inputs
+        if wants[0] and isinstance(g, np.ndarray) and g.shape == () and not self.keepdims:
+            # the gradient of a full sum is one value everywhere: no need to write it
+            return [ConstantFile(x.shape, x.dtype, g * x.dtype.type(self.scale))]
+        return super().backward(driver, inputs, output, g, wants)
 
 
 @frozen
