@@ -160,13 +160,17 @@ def _meta(x: jax.Array) -> tuple[Any, ...]:
 class ContentKey:
     """The exact identity of one input: structure (with static values) and arrays.
 
+    Building a key reads no array: the fingerprint (`digest`) is computed on first
+    use, which `ResidualCache` asks for only when two keys of the same kind (equal
+    structure, dtypes, shapes, devices) must be told apart.
+
     **Arguments:**
 
     - `structure`: a hashable token with everything but the arrays (see `_tree`).
     - `arrays`: the array leaves, as JAX arrays, in a fixed order.
     """
 
-    __slots__ = ("_hash", "arrays", "groups", "metas", "structure")
+    __slots__ = ("_digest", "_kind_hash", "arrays", "groups", "metas", "structure")
 
     def __init__(self, structure: Any, arrays: tuple[jax.Array, ...]) -> None:
         self.structure = structure
@@ -177,26 +181,40 @@ class ContentKey:
         for i, meta in enumerate(self.metas):
             groups.setdefault(meta[3], []).append(i)
         self.groups = tuple(tuple(ix) for ix in groups.values())
-        digests = [fingerprint(tuple(arrays[i] for i in ix)) for ix in self.groups]
-        self._hash = hash((structure, self.metas, tuple(int(d) for d in digests)))
+        self._kind_hash = hash((structure, self.metas))
+        self._digest: tuple[int, ...] | None = None
 
     @property
     def nbytes(self) -> int:
         return sum(x.nbytes for x in self.arrays)
 
+    @property
+    def digest(self) -> tuple[int, ...]:
+        """The fingerprints of the arrays, one per set of devices (computed once)."""
+        if self._digest is None:
+            found = [fingerprint(tuple(self.arrays[i] for i in ix)) for ix in self.groups]
+            self._digest = tuple(int(d) for d in found)
+        return self._digest
+
+    def same_kind(self, other: ContentKey) -> bool:
+        """Equal structure (static values included), dtypes, shapes and devices."""
+        return (
+            self._kind_hash == other._kind_hash
+            and self.metas == other.metas
+            and self.structure == other.structure
+        )
+
     def __hash__(self) -> int:
-        return self._hash
+        return hash((self._kind_hash, self.digest))
 
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
         if not isinstance(other, ContentKey):
             return NotImplemented
-        if (
-            self._hash != other._hash
-            or self.metas != other.metas
-            or self.structure != other.structure
-        ):
+        if not self.same_kind(other):
+            return False
+        if self._digest is not None and other._digest is not None and self._digest != other._digest:
             return False
         for ix in self.groups:
             pairs = [(self.arrays[i], other.arrays[i]) for i in ix]

@@ -89,8 +89,10 @@ class ResidualCache:
     """A thread-safe LRU map from `ContentKey` to `Residuals`, bounded by entries and
     bytes.
 
-    Lookups compare candidate keys outside the lock (an equality check reads the
-    arrays on their device), so threads do not queue behind each other's
+    A lookup first keeps the entries of the same kind as the key (structure, static
+    values, dtypes, shapes, devices: no array read); only when several remain are
+    they narrowed by fingerprint; an exact comparison on the device decides. These
+    reads happen outside the lock, so threads do not queue behind each other's
     comparisons; an entry is immutable, so one evicted meanwhile still answers
     correctly.
 
@@ -110,7 +112,9 @@ class ResidualCache:
 
     def _find(self, key: ContentKey) -> tuple[int, _Entry] | None:
         with self._lock:
-            candidates = [(n, e) for n, e in self._entries.items() if hash(e.key) == hash(key)]
+            candidates = [(n, e) for n, e in self._entries.items() if e.key.same_kind(key)]
+        if len(candidates) > 1:  # the fingerprint narrows; only equality decides
+            candidates = [(n, e) for n, e in candidates if e.key.digest == key.digest]
         for serial, entry in candidates:
             if entry.key == key:
                 return serial, entry
@@ -135,12 +139,16 @@ class ResidualCache:
         if nbytes > self.limits.max_bytes or self.limits.max_entries == 0:
             return False
         with self._lock:
-            # An entry whose key shares the new key's hash is almost surely the same
-            # input applied again; it is replaced without reading the arrays to
-            # compare them. If it was a different input, the cost is a recomputation
-            # on its next vjp, never a wrong answer: lookups still compare exactly.
-            for serial in [n for n, e in self._entries.items() if hash(e.key) == hash(key)]:
-                self._nbytes -= self._entries.pop(serial).nbytes
+            kin = [(n, e) for n, e in self._entries.items() if e.key.same_kind(key)]
+        # An entry of the same kind with the same fingerprint is almost surely this
+        # input applied again: it is replaced without comparing the arrays. Were it a
+        # different input, the cost is a recomputation on its next vjp, never a wrong
+        # answer, since lookups compare exactly.
+        stale = [n for n, e in kin if e.key.digest == key.digest]
+        with self._lock:
+            for serial in stale:
+                if serial in self._entries:
+                    self._nbytes -= self._entries.pop(serial).nbytes
             self._serial += 1
             self._entries[self._serial] = _Entry(key, residuals, nbytes)
             self._nbytes += nbytes
