@@ -22,10 +22,10 @@ path of the offending value.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 import math
+import secrets
 from typing import Any
 
 import numpy as np
@@ -109,7 +109,7 @@ def _is_array(value: Any) -> bool:
     )
 
 
-def _encode_array(value: Any, binary: bool) -> dict[str, Any]:
+def _encode_array(value: Any, buffers: list | None) -> dict[str, Any]:
     array = np.asarray(value)
     name = "float0" if array.dtype == FLOAT0 else array.dtype.name
     if name not in ALLOWED_DTYPES:
@@ -120,20 +120,21 @@ def _encode_array(value: Any, binary: bool) -> dict[str, Any]:
         # astype, not ascontiguousarray: the latter turns a 0-d array into a 1-d one.
         array = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
         raw = memoryview(array).cast("B")
-    if binary:
+    if buffers is None:
         buffer: Any = {"buffer": raw, "encoding": "raw"}
-    else:
-        buffer = {"buffer": base64.b64encode(raw).decode("ascii"), "encoding": "base64"}
+    else:  # a placeholder, replaced by the base64 text after json.dumps (see encode)
+        buffers.append(raw)
+        buffer = {"buffer": f"{buffers[0]}-{len(buffers) - 1}", "encoding": "base64"}
     return {"object_type": "array", "dtype": name, "shape": list(array.shape), "data": buffer}
 
 
-def _to_wire(value: Any, binary: bool) -> Any:
+def _to_wire(value: Any, buffers: list | None) -> Any:
     if isinstance(value, dict):
-        return {str(k): _to_wire(v, binary) for k, v in value.items()}
+        return {str(k): _to_wire(v, buffers) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_to_wire(v, binary) for v in value]
+        return [_to_wire(v, buffers) for v in value]
     if _is_array(value):  # first: np.float64 is also a float, and stays an array
-        return _encode_array(value, binary)
+        return _encode_array(value, buffers)
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise PayloadError(f"a {type(value).__name__} cannot be sent; send arrays and JSON values.")
@@ -144,8 +145,18 @@ def encode(document: Any, content_type: str) -> bytes:
     if content_type == BINARY:
         # One allocation of the exact size: msgpack.packb grows its buffer by doubling,
         # which touches several times the message's size in fresh memory.
-        return b"".join(pack_pieces(_to_wire(document, True)))
-    return json.dumps(_to_wire(document, False), allow_nan=True).encode()
+        return b"".join(pack_pieces(_to_wire(document, None)))
+    # json.dumps would scan every base64 character for escapes; instead each buffer is
+    # dumped as a unique placeholder string and the base64 text spliced in after.
+    # buffers[0] is a random tag, so no string of the document can match a placeholder.
+    buffers: list = [f"gp-{secrets.token_hex(8)}"]
+    text = json.dumps(_to_wire(document, buffers), allow_nan=True).encode()
+    pieces = []
+    for i, raw in enumerate(buffers[1:], start=1):
+        before, text = text.split(f'"{buffers[0]}-{i}"'.encode(), 1)
+        pieces += [before, b'"', binascii.b2a_base64(raw, newline=False), b'"']
+    pieces.append(text)
+    return b"".join(pieces)
 
 
 # -- decoding -------------------------------------------------------------------
@@ -187,7 +198,7 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
         return array
     if encoding == "base64" and isinstance(buffer, str):
         try:
-            raw = base64.b64decode(buffer, validate=True)
+            raw = binascii.a2b_base64(buffer, strict_mode=True)
         except (binascii.Error, ValueError):
             raise PayloadError("the buffer is not valid base64.", path) from None
     elif encoding == "raw" and isinstance(buffer, bytes | memoryview):
