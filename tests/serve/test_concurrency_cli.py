@@ -84,3 +84,13 @@ def test_gradpipe_call(server_url, tmp_path):
     env.pop("GRADPIPE_TOKEN")
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 1 and "401" in done.stderr
+
+
+def test_gradpipe_serve_refuses_a_target_that_is_not_a_component():
+    from conftest import HERE
+
+    command = [sys.executable, "-m", "gradpipe.cli", "serve", "served_components:forward",
+               "--app-dir", str(HERE)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "not a Component" in done.stderr and "Traceback" not in done.stderr

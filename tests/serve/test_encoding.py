@@ -70,3 +70,13 @@ def test_unknown_dtypes_are_refused_both_ways():
              "data": {"buffer": b"\0" * 8, "encoding": "raw"}}  # fmt: skip
     with pytest.raises(PayloadError, match="x"):
         decode(msgpack.packb({"x": frame}), BINARY)
+
+
+def test_missing_http_stack_names_the_extra():
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['msgpack'] = None; import gradpipe.serve"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "ImportError" in done.stderr and "gradpipe[serve]" in done.stderr

@@ -72,8 +72,13 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from ._server import serve
+    from ._server import load_component, serve
 
+    try:
+        load_component(args.target, args.app_dir)
+    except (ImportError, ValueError, TypeError) as exc:
+        print(f"gradpipe serve: {exc}", file=sys.stderr)
+        return 2
     serve(
         args.target,
         host=args.host,

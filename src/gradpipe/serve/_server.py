@@ -38,7 +38,15 @@ def load_component(target: str, app_dir: str | None = ".") -> Any:
             obj = getattr(obj, part)
         except AttributeError:
             raise ValueError(f"{module_name} has no attribute {attr!r} ({target!r}).") from None
-    return obj if isinstance(obj, Component) else Component(obj)
+    if isinstance(obj, Component):
+        return obj
+    try:
+        return Component(obj)
+    except TypeError as exc:
+        raise TypeError(
+            f"{target} is a {type(obj).__name__}, not a Component ({exc}). Serve a "
+            "Component(fn, inputs=InputModel, outputs=OutputModel)."
+        ) from None
 
 
 def app_from_env():
