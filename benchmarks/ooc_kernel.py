@@ -26,7 +26,9 @@ def main() -> None:
     args = p.parse_args()
     rng = np.random.default_rng(0)
     mm = jax.jit(jnp.matmul)
-    print(f"{'tile':>6} {'numpy s':>9} {'xla s':>9} {'numpy GF/s':>11} {'xla GF/s':>9} {'xla/numpy':>10}")
+    print(
+        f"{'tile':>6} {'numpy s':>9} {'xla s':>9} {'numpy GF/s':>11} {'xla GF/s':>9} {'xla/numpy':>10}"
+    )
     for n in args.sizes:
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
@@ -43,7 +45,9 @@ def main() -> None:
             t_xla.append(time.perf_counter() - t)
         m_np, m_xla = statistics.median(t_np), statistics.median(t_xla)
         gf = 2 * n**3 / 1e9
-        print(f"{n:>6} {m_np:>9.3f} {m_xla:>9.3f} {gf / m_np:>11.1f} {gf / m_xla:>9.1f} {m_xla / m_np:>10.2f}")
+        print(
+            f"{n:>6} {m_np:>9.3f} {m_xla:>9.3f} {gf / m_np:>11.1f} {gf / m_xla:>9.1f} {m_xla / m_np:>10.2f}"
+        )
 
 
 if __name__ == "__main__":

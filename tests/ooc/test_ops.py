@@ -73,7 +73,8 @@ def test_matmul_refuses_mismatched_shapes():
 
 @pytest.mark.parametrize(
     "dtype,shape",
-    [(np.float32, s) for s in [(1, 1), (1, 7), (7, 1), (31, 29), (5, 3, 7)]] + [(np.float64, (13, 17))],
+    [(np.float32, s) for s in [(1, 1), (1, 7), (7, 1), (31, 29), (5, 3, 7)]]
+    + [(np.float64, (13, 17))],
     ids=str,
 )
 @pytest.mark.parametrize("name", ["sum", "mean", "max"])
@@ -123,9 +124,17 @@ def test_max_gradient_splits_ties_like_jax(tiny_budget):
 # ---------------------------------------------------------------- elementwise
 
 UNARY = {
-    "negative": jnp.negative, "exp": jnp.exp, "log": jnp.log, "sqrt": jnp.sqrt,
-    "square": jnp.square, "abs": jnp.abs, "sin": jnp.sin, "cos": jnp.cos,
-    "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid, "relu": jax.nn.relu,
+    "negative": jnp.negative,
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "sqrt": jnp.sqrt,
+    "square": jnp.square,
+    "abs": jnp.abs,
+    "sin": jnp.sin,
+    "cos": jnp.cos,
+    "tanh": jnp.tanh,
+    "sigmoid": jax.nn.sigmoid,
+    "relu": jax.nn.relu,
 }
 
 
@@ -150,18 +159,26 @@ def test_unary_values_and_gradients(rng, tiny_budget, dtype, name):
 def test_power_with_constant_exponent(rng, tiny_budget):
     X = np.abs(rng.standard_normal((7, 5))) + 0.1
     np.testing.assert_allclose(ooc.power(disk(X), 3).to_numpy(force=True), X**3)
-    (g,), (w,) = grads_of(
-        lambda x: ooc.sum(x**2.5), lambda x: jnp.sum(x**2.5), [X], np.float64
-    )
+    (g,), (w,) = grads_of(lambda x: ooc.sum(x**2.5), lambda x: jnp.sum(x**2.5), [X], np.float64)
     np.testing.assert_allclose(g, w, rtol=1e-10)
 
 
 BINARY = {
-    "add": jnp.add, "subtract": jnp.subtract, "multiply": jnp.multiply,
-    "divide": jnp.divide, "maximum": jnp.maximum, "minimum": jnp.minimum,
+    "add": jnp.add,
+    "subtract": jnp.subtract,
+    "multiply": jnp.multiply,
+    "divide": jnp.divide,
+    "maximum": jnp.maximum,
+    "minimum": jnp.minimum,
 }
-BROADCASTS = [((13, 17), (13, 17)), ((13, 17), (1, 17)), ((13, 17), (17,)), ((13, 1), (1, 17)),
-              ((1, 1), (7, 1)), ((5, 3, 7), (3, 1))]
+BROADCASTS = [
+    ((13, 17), (13, 17)),
+    ((13, 17), (1, 17)),
+    ((13, 17), (17,)),
+    ((13, 1), (1, 17)),
+    ((1, 1), (7, 1)),
+    ((5, 3, 7), (3, 1)),
+]
 
 
 BINARY_CASES = [(np.float32, n, s) for n in sorted(BINARY) for s in BROADCASTS[1:5]] + [
@@ -188,7 +205,9 @@ def test_scalar_operands_python_and_traced(rng, tiny_budget, dtype):
     X = rng.standard_normal((13, 17)).astype(dtype)
     x = disk(X)
     np.testing.assert_allclose((2.0 * x - 1).to_numpy(force=True), 2 * X - 1, **tol(dtype))
-    np.testing.assert_allclose((1 / (x * x + 1)).to_numpy(force=True), 1 / (X * X + 1), **tol(dtype))
+    np.testing.assert_allclose(
+        (1 / (x * x + 1)).to_numpy(force=True), 1 / (X * X + 1), **tol(dtype)
+    )
 
     # a traced scalar is an input: its gradient is a scalar
     def f(s, x):
@@ -222,7 +241,9 @@ def test_in_memory_arrays_are_refused_with_advice():
 )
 def test_transpose_values_and_gradients(rng, tiny_budget, dtype, shape, axes):
     X = rng.standard_normal(shape).astype(dtype)
-    np.testing.assert_allclose(ooc.transpose(disk(X), axes).to_numpy(force=True), np.transpose(X, axes))
+    np.testing.assert_allclose(
+        ooc.transpose(disk(X), axes).to_numpy(force=True), np.transpose(X, axes)
+    )
     W = rng.standard_normal(np.transpose(X, axes).shape).astype(dtype)
     f = lambda x: ooc.sum(ooc.transpose(x, axes) * disk(W))
     (g,), (w,) = grads_of(f, lambda x: jnp.sum(jnp.transpose(x, axes) * W), [X], dtype)
@@ -257,7 +278,9 @@ def test_slice_rows_and_tile(rng, tiny_budget):
     X = rng.standard_normal((31, 29)).astype(np.float32)
     x = disk(X)
     np.testing.assert_array_equal(ooc.slice_rows(x, 7, 20).to_numpy(force=True), X[7:20])
-    np.testing.assert_array_equal(ooc.slice_tile(x, (3, 30), (28, 29)).to_numpy(force=True), X[3:30, 28:29])
+    np.testing.assert_array_equal(
+        ooc.slice_tile(x, (3, 30), (28, 29)).to_numpy(force=True), X[3:30, 28:29]
+    )
 
 
 def test_unsupported_indices_are_refused():

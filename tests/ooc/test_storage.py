@@ -149,7 +149,7 @@ def test_set_scratch_dir_api(tmp_path):
 
 def test_to_numpy_refuses_above_budget_unless_forced():
     a = ooc.DiskArray.full((100, 100), 3.0)
-    with pytest.raises(MemoryError, match="39.1 KiB"):
+    with pytest.raises(MemoryError, match=r"39\.1 KiB"):
         a.to_numpy(budget=ooc.MemoryBudget(8192))
     assert a.to_numpy(budget=8192, force=True).sum() == 30000.0
 

@@ -113,6 +113,31 @@ class DiskArray:
     from_memmap = from_numpy
 
     @classmethod
+    def from_row_blocks(
+        cls, shape, dtype, make_rows, *, path=None, page_shape=None, budget=None
+    ) -> DiskArray:
+        """An array built block of rows by block of rows, never whole in memory.
+
+        ``make_rows(start, stop)`` returns rows ``start:stop`` (shape
+        ``(stop - start, *shape[1:])``); blocks are one page row high.
+
+        ```python
+        X = DiskArray.from_row_blocks(
+            (10**6, 64), np.float32,
+            lambda a, b: np.random.default_rng(a).standard_normal((b - a, 64)),
+        )
+        ```
+        """
+        f = _new_file(tuple(shape), dtype, path, page_shape, budget)
+        try:
+            for r in _row_chunks(f):
+                f.write(r, np.asarray(make_rows(r[0].start, r[0].stop), f.dtype))
+        except BaseException:
+            f.discard()
+            raise
+        return cls._wrap(f.commit())
+
+    @classmethod
     def open(cls, path: str | os.PathLike, *, writable: bool = False) -> DiskArray:
         """Open an array file written by `from_numpy(..., path=...)` or `save`."""
         return cls._wrap(PagedFile.open(path, writable=writable))

@@ -137,33 +137,40 @@ def _halve(n: int) -> int:
     return max(1, 1 << ((n - 1).bit_length() - 1)) if n > 1 else 1
 
 
+#: Tiles are not cut thinner than this along any axis unless nothing else fits.
+MIN_SIDE = 256
+
+
 def plan_tiles(
     loop_shape: tuple[int, ...],
     bytes_for: Callable[[tuple[int, ...]], int],
     budget: MemoryBudget,
     *,
     what: str,
+    cost_for: Callable[[tuple[int, ...]], float] | None = None,
 ) -> tuple[int, ...]:
     """The tile (one size per loop axis) whose working set fits ``budget``.
 
     ``bytes_for(tile)`` is the bytes one step of the operation holds with that tile
     (inputs double buffered, accumulators, kernel temporaries). Starting from the
-    whole loop, the axis whose halving saves the most bytes is halved until the
-    working set fits. Raises `MemoryError` naming the operation when even a tile of
-    one element per axis does not fit.
+    whole loop, one axis is halved at a time until the working set fits: the axis
+    whose halving gives the lowest ``cost_for`` (the I/O of the whole loop, say),
+    ties going to the biggest saving of bytes. Raises `MemoryError` naming the
+    operation when even a tile of one element per axis does not fit.
     """
     tile = list(loop_shape)
+    cost = cost_for or (lambda t: 0.0)
     while bytes_for(tuple(tile)) > budget.nbytes:
-        best, best_bytes = None, None
+        best, best_key = None, None
         for ax, t in enumerate(tile):
             if t <= 1:
                 continue
-            trial = [*tile[:ax], _halve(t), *tile[ax + 1 :]]
-            b = bytes_for(tuple(trial))
-            # prefer the biggest saving; break ties towards the longest axis
-            key = (b, -t)
-            if best_bytes is None or key < best_bytes:
-                best, best_bytes = ax, key
+            trial = (*tile[:ax], _halve(t), *tile[ax + 1 :])
+            # sides below MIN_SIDE make kernels inefficient: only when nothing else is left
+            thin = _halve(t) < min(MIN_SIDE, loop_shape[ax])
+            key = (thin, cost(trial), bytes_for(trial), -t)
+            if best_key is None or key < best_key:
+                best, best_key = ax, key
         if best is None:
             raise MemoryError(
                 f"{what}: a single-element tile needs {bytes_for(tuple(tile))} bytes, more "

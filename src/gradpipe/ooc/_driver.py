@@ -97,14 +97,33 @@ class Driver:
                 return 2 * ins + 3 * out
             return 2 * ins + 3 * out + 3 * ins
 
-        preferred = getattr(op, "preferred_tile", None)
+        pages = [getattr(v, "page_shape", None) for v in inputs]
+
+        def cost_for(tile: tuple[int, ...]) -> float:
+            """Bytes moved over the whole loop: reads, counting whole pages along all
+            but the first axis (what a read of a narrower region costs), output tile
+            updates, and 4 MiB a step for per-step overhead."""
+            out_r = tuple(slice(0, t) for t in tile[:n_out])
+            red_r = tuple(slice(0, t) for t in tile[n_out:])
+            regions = op.index_map(out_r, red_r, *shapes)
+            read = 0
+            for r, s, page, shape in zip(regions, sizes, pages, shapes):
+                if r is None or not page:
+                    read += _nbytes(r, s)
+                    continue
+                ext = [r[0].stop - r[0].start] + [
+                    min(-(-(x.stop - x.start) // p) * p, n)
+                    for x, p, n in zip(r[1:], page[1:], shape[1:])
+                ]
+                read += math.prod(ext) * s
+            steps = math.prod(-(-max(n, 1) // t) for n, t in zip(loop, tile))
+            # each step also updates the output tile (accumulate or write)
+            return steps * (read + _nbytes(out_r, out_item) + 4 * 2**20)
+
         loop = out_shape + red_shape
         what = f"{self.name} ({phase}, {len(inputs)} inputs)"
-        if preferred is not None:
-            tile = tuple(min(a, b) for a, b in zip(preferred(*shapes), loop))
-            if bytes_for(tile) <= self.budget.nbytes:
-                return out_shape, red_shape, tile
-        return out_shape, red_shape, plan_tiles(loop, bytes_for, self.budget, what=what)
+        tile = plan_tiles(loop, bytes_for, self.budget, what=what, cost_for=cost_for)
+        return out_shape, red_shape, tile
 
     def _steps(self, op, shapes, out_shape, red_shape, tile):
         n_out = len(out_shape)

@@ -20,14 +20,13 @@ differentiating a backward pass (second order).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import hijax as _hx
 from jax.experimental import io_callback
-
-import jax
 
 from . import _handles
 from ._array import DiskArray, _is_concrete
@@ -231,7 +230,11 @@ def _resolve(t, v):
 
 def _export(t, value) -> np.ndarray:
     if value is None:  # a gradient nobody asked for
-        return np.int32(_handles.ZERO_HANDLE) if isinstance(t, DiskArrayType) else np.zeros((), t.dtype)
+        return (
+            np.int32(_handles.ZERO_HANDLE)
+            if isinstance(t, DiskArrayType)
+            else np.zeros((), t.dtype)
+        )
     if isinstance(t, DiskArrayType):
         if isinstance(value, _handles.ZeroFile):
             return np.int32(_handles.ZERO_HANDLE)
@@ -349,9 +352,7 @@ class OocPrim(_Refusals, _PrimBase):
             return tuple(
                 gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals)
             )
-        prim = OocBackwardPrim(
-            self.op, self.budget, self.in_avals, self.consts, _in_type(g), wants
-        )
+        prim = OocBackwardPrim(self.op, self.budget, self.in_avals, self.consts, _in_type(g), wants)
         return tuple(prim(*args, out, g))
 
     def dce(self, used_outs, *live_ins):
@@ -401,7 +402,7 @@ def _refuse_second_order(op):
 class _backward_marker:
     """While active, ops bound by a `backward_ops` rule refuse to be differentiated."""
 
-    active: list = []
+    active: ClassVar[list] = []
 
     def __init__(self, op):
         self.op = op

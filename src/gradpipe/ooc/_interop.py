@@ -53,7 +53,9 @@ def to_zarr(x: DiskArray, store, *, chunks=None, budget=None):
     """
     zarr = _zarr()
     f = x._concrete_file("to_zarr")
-    z = zarr.open_array(store, mode="w", shape=x.shape, dtype=x.dtype, chunks=chunks or f.page_shape)
+    z = zarr.open_array(
+        store, mode="w", shape=x.shape, dtype=x.dtype, chunks=chunks or f.page_shape
+    )
     for r in _row_chunks(f):
         z[r] = f.read(r)
     return z

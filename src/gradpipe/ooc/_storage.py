@@ -19,6 +19,7 @@ directory itself is removed at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import json
 import math
@@ -102,10 +103,8 @@ def _page_grid(shape: tuple[int, ...], page_shape: tuple[int, ...]) -> tuple[int
 
 
 def _unlink_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class PagedFile:
@@ -334,14 +333,15 @@ class PagedFile:
                 arr[tuple(arr_sl)] = pages[r][tuple(page_sl)]
 
     def __repr__(self) -> str:
-        return f"PagedFile({self.path!r}, shape={self.shape}, dtype={self.dtype}, page_shape={self.page_shape})"
+        return (
+            f"PagedFile({self.path!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"page_shape={self.page_shape})"
+        )
 
 
 def _close_and_unlink(fd: int, path: str, keep: bool) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
     if not keep:
         _unlink_quietly(path)
 

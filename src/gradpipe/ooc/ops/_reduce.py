@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from .._hijax import type_of
 from .._handles import ConstantFile
+from .._hijax import type_of
 from .._op import BlockParallelOp, apply, frozen
 
 __all__ = ["Max", "Sum", "max", "mean", "sum"]
