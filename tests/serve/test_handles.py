@@ -68,3 +68,31 @@ def test_thread_safe():
     for t in threads:
         t.join()
     assert not errors and len(store) <= 16 and store.nbytes == 7 * len(store)
+
+
+def test_an_evicted_handle_is_a_410_not_a_wrong_answer(local):
+    import warnings
+
+    import numpy as np
+
+    from gradpipe.serve import BINARY, create_app, decode, encode
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    client = TestClient(create_app(local, handles=HandleStore(max_entries=1)))
+    headers = {"Content-Type": BINARY}
+
+    def post(endpoint, doc):
+        return client.post(f"/{endpoint}", content=encode(doc, BINARY), headers=headers)
+
+    ones = np.ones(3, np.float32)
+    inputs = [{"x": v * ones, "w": np.float32(1), "p": {"a": ones}} for v in (1.0, 2.0)]
+    h1, h2 = (decode(post("apply", {"inputs": i, "keep_residuals": True}).content, BINARY)["handle"]
+              for i in inputs)  # fmt: skip
+    vjp = {"vjp_inputs": ["x"], "vjp_outputs": ["y"], "cotangents": {"y": np.ones(3, np.float32)}}
+    assert post("vjp", {**vjp, "handle": h1}).status_code == 410
+    answer = decode(post("vjp", {**vjp, "handle": h2}).content, BINARY)["vjp"]["x"]
+    want = local.vjp(inputs[1], ["x"], ["y"], {"y": np.ones(3, np.float32)})["x"]
+    np.testing.assert_allclose(answer, np.asarray(want))

@@ -412,7 +412,13 @@ def create_app(
     """
     if max_body_size < 1:
         raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}.")
-    server = _Server(component, token, max_body_size, handles or HandleStore(), max_batch)
+    server = _Server(
+        component,
+        token,
+        max_body_size,
+        handles if handles is not None else HandleStore(),
+        max_batch,
+    )
     routes = [
         Route(f"/{name}", server.endpoint(name, getattr(server, name)), methods=["POST"])
         for name in _FIELDS

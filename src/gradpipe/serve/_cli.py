@@ -47,6 +47,24 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         help="largest request body, e.g. 64M (default 256M)",
     )
     serve.add_argument("--app-dir", default=".", help="directory to import MODULE from")
+    serve.add_argument(
+        "--max-handles",
+        type=int,
+        default=64,
+        help="residual sets kept for /vjp by handle, per worker (default 64)",
+    )
+    serve.add_argument(
+        "--max-handle-bytes",
+        type=_size,
+        default="1G",
+        help="bytes of residuals kept, per worker (default 1G)",
+    )
+    serve.add_argument(
+        "--handle-ttl",
+        type=float,
+        default=600.0,
+        help="seconds an unused residual handle lives (default 600)",
+    )
     serve.add_argument("--log-level", default="info")
 
     call = argparse.ArgumentParser(
@@ -72,10 +90,12 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from ._handles import HandleStore
     from ._server import load_component, serve
 
     try:
         load_component(args.target, args.app_dir)
+        HandleStore(args.max_handles, args.max_handle_bytes, args.handle_ttl)
     except (ImportError, ValueError, TypeError) as exc:
         print(f"gradpipe serve: {exc}", file=sys.stderr)
         return 2
@@ -88,6 +108,9 @@ def run_serve(args: argparse.Namespace) -> int:
         max_body_size=args.max_body_size,
         app_dir=args.app_dir,
         log_level=args.log_level,
+        max_handles=args.max_handles,
+        max_handle_bytes=args.max_handle_bytes,
+        handle_ttl=args.handle_ttl,
     )
     return 0
 

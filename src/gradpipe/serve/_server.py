@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 from typing import Any
 
 from ._app import DEFAULT_MAX_BODY_SIZE, create_app
 from ._client import TOKEN_ENV
+from ._handles import HandleStore
 
 __all__ = ["TOKEN_ENV", "app_from_env", "load_component", "serve"]
 
 _TARGET_ENV = "GRADPIPE_SERVE_TARGET"
 _MAX_BODY_ENV = "GRADPIPE_SERVE_MAX_BODY_SIZE"
 _APP_DIR_ENV = "GRADPIPE_SERVE_APP_DIR"
+_HANDLES_ENV = "GRADPIPE_SERVE_HANDLES"
 
 
 def load_component(target: str, app_dir: str | None = ".") -> Any:
@@ -56,7 +59,12 @@ def app_from_env():
         component,
         token=os.environ.get(TOKEN_ENV) or None,
         max_body_size=int(os.environ.get(_MAX_BODY_ENV, DEFAULT_MAX_BODY_SIZE)),
+        handles=_handle_store(*json.loads(os.environ.get(_HANDLES_ENV, "[64, 1073741824, 600]"))),
     )
+
+
+def _handle_store(entries: int, nbytes: int, ttl: float) -> HandleStore:
+    return HandleStore(max_entries=entries, max_bytes=nbytes, ttl=ttl)
 
 
 def serve(
@@ -69,6 +77,9 @@ def serve(
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     app_dir: str = ".",
     log_level: str = "info",
+    max_handles: int = 64,
+    max_handle_bytes: int = 2**30,
+    handle_ttl: float = 600.0,
 ) -> None:
     """Serve the component at ``target`` until interrupted.
 
@@ -81,20 +92,26 @@ def serve(
     - `token`: require ``Authorization: Bearer <token>``; defaults to ``GRADPIPE_TOKEN``.
     - `max_body_size`: bytes; larger requests get 413.
     - `app_dir`: directory put first on ``sys.path`` to import ``target``.
+    - `max_handles`, `max_handle_bytes`, `handle_ttl`: the bounds of the residual
+      store of each worker (see `HandleStore`).
     """
     import uvicorn
 
     token = token if token is not None else os.environ.get(TOKEN_ENV) or None
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}.")
+    limits = (max_handles, max_handle_bytes, handle_ttl)
+    store = _handle_store(*limits)  # checks the limits before any worker starts
     if workers == 1:
-        app = create_app(load_component(target, app_dir), token=token, max_body_size=max_body_size)
+        component = load_component(target, app_dir)
+        app = create_app(component, token=token, max_body_size=max_body_size, handles=store)
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
         return
     load_component(target, app_dir)  # fail here, not in every worker
     os.environ[_TARGET_ENV] = target
     os.environ[_APP_DIR_ENV] = os.path.abspath(app_dir)
     os.environ[_MAX_BODY_ENV] = str(max_body_size)
+    os.environ[_HANDLES_ENV] = json.dumps(limits)
     if token:
         os.environ[TOKEN_ENV] = token
     uvicorn.run(
