@@ -12,10 +12,12 @@ Newton solve with an implicit-function derivative, `peer_component_function.py`)
   virtual environment (``$PEER_PYTHON``, default ``.venv-peer/bin/python``), with
   its VJP cache off (its default) and on.
 
-Every figure is the median of several runs, measured in this one run; both sides
-validate a dict input per endpoint call and block on the results.
+Every figure is the median of several runs, all measured in this one run, the
+peer's in turns with ours so that a busy machine slows both alike. Both sides
+validate a dict of NumPy arrays per endpoint call and block on the results. Each
+weight of the forward pass (``--newton-steps``) gets its own table.
 
-    python benchmarks/components.py [--repeats 9] [--json]
+    python benchmarks/components.py [--repeats 9] [--newton-steps 150 60] [--json]
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from gradpipe.component import Array, Component, ContentKey, Differentiable  # noqa: E402
-from peer_component_function import SIZE, inputs, simulate  # noqa: E402
+from peer_component_function import (  # noqa: E402
+    SIZE,
+    inputs,
+    make_simulate,
+)
 
 
 class In(pydantic.BaseModel):
@@ -47,10 +53,6 @@ class In(pydantic.BaseModel):
 
 class Out(pydantic.BaseModel):
     y: Differentiable[Array[np.float32, (None,)]]
-
-
-def fn(d):
-    return {"y": simulate(d["x"])}
 
 
 def median_time(call, repeats: int) -> float:
@@ -63,37 +65,50 @@ def median_time(call, repeats: int) -> float:
     return statistics.median(times)
 
 
-def interleaved(calls: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each call, run in turns so that drift hits all alike."""
-    for call in calls.values():
-        jax.block_until_ready(call())
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+class Peer:
+    """The peer's recipe in its own process, timed one apply+vjp at a time."""
+
+    def __init__(self, newton_steps: int) -> None:
+        default = HERE.parent / ".venv-peer" / "bin" / "python"
+        python = os.environ.get("PEER_PYTHON", str(default))
+        if not pathlib.Path(python).exists():
+            raise RuntimeError(f"peer Python not found at {python} (make .venv-peer/.installed)")
+        self.process = subprocess.Popen(
+            [python, str(HERE / "peer_component_recipe.py"), str(newton_steps)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the peer exited before it was ready (see its stderr above)")
+        self.version = json.loads(line)["tesseract_core"]
+
+    def __call__(self, setting: str) -> float:
+        self.process.stdin.write(setting + "\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
-def run_peer(repeats: int) -> dict | str:
-    python = os.environ.get("PEER_PYTHON", str(HERE.parent / ".venv-peer" / "bin" / "python"))
-    if not pathlib.Path(python).exists():
-        return f"peer Python not found at {python} (make .venv-peer/.installed)"
-    done = subprocess.run(
-        [python, str(HERE / "peer_component_recipe.py"), str(repeats)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        return f"peer failed: {done.stderr.strip().splitlines()[-1:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def timed(call) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(call())
+    return time.perf_counter() - start
 
 
-def measure(repeats: int) -> dict:
+def measure(repeats: int, newton_steps: int) -> dict:
+    """Medians of every measurement; the peer is timed in turns with ours."""
+    simulate = make_simulate(newton_steps)
     x, ct = inputs()
     payload, cotangent = {"x": x}, {"y": ct}
+
+    def fn(d):
+        return {"y": simulate(d["x"])}
+
     on = Component(fn, inputs=In, outputs=Out)
     off = Component(fn, inputs=In, outputs=Out, residual_cache=False)
 
@@ -101,102 +116,107 @@ def measure(repeats: int) -> dict:
         return lambda: (comp.apply(payload), comp.vjp(payload, ["x"], ["y"], cotangent))
 
     pure = jax.jit(lambda x, ct: jax.vjp(simulate, x)[1](ct))
-    a = interleaved(
-        {
-            "cache_on": apply_vjp(on),
-            "cache_off": apply_vjp(off),
-            "apply_on": lambda: on.apply(payload),
-            "apply_off": lambda: off.apply(payload),
-            "pure_jax": lambda: pure(x, ct),
-        },
-        repeats,
-    )
+    ours = {
+        "cache_on": apply_vjp(on),
+        "cache_off": apply_vjp(off),
+        "apply_on": lambda: on.apply(payload),
+        "apply_off": lambda: off.apply(payload),
+        "pure_jax": lambda: pure(x, ct),
+    }
+    for call in ours.values():
+        jax.block_until_ready(call())
+    try:
+        peer: Peer | None = Peer(newton_steps)
+    except RuntimeError as error:
+        print(f"(c) skipped: {error}", file=sys.stderr)
+        peer = None
+    times: dict[str, list[float]] = {name: [] for name in ours}
+    if peer is not None:
+        times.update(peer_cache_off=[], peer_cache_on=[])
+    for _ in range(repeats):
+        for name, call in ours.items():
+            times[name].append(timed(call))
+        if peer is not None:
+            times["peer_cache_off"].append(peer("cache_off"))
+            times["peer_cache_on"].append(peer("cache_on"))
+    result: dict = {name: statistics.median(t) for name, t in times.items()}
+    if peer is not None:
+        result["peer_version"] = peer.version
+        peer.close()
+    result["hits"] = on.residual_cache.info().hits
+
     device_x = jnp.asarray(x)
-    jax.block_until_ready(device_x)
     copy = jnp.array(np.asarray(device_x))
     key, other = ContentKey((), (device_x,)), ContentKey((), (copy,))
     assert key == other
-    a["key"] = median_time(lambda: ContentKey((), (device_x,)).digest, repeats)
-    a["key_check"] = median_time(lambda: [key == other], repeats)
-    return a
+    result["key"] = median_time(lambda: ContentKey((), (device_x,)).digest, repeats)
+    result["key_check"] = median_time(lambda: [key == other], repeats)
+    return result
 
 
-def table(ours: dict, peer: dict | str) -> list[tuple[str, str, str, str]]:
+def table(r: dict) -> list[tuple[str, str, str, str]]:
     ms = lambda s: f"{1e3 * s:.1f}"
+    ratio = lambda a, b: f"{r[a] / r[b]:.2f}"
     rows = [
-        ("(a) apply+vjp, cache off", ms(ours["cache_off"]), "1.00", ""),
-        (
-            "(a) apply+vjp, cache on",
-            ms(ours["cache_on"]),
-            f"{ours['cache_on'] / ours['cache_off']:.2f}",
-            "<= 0.6",
-        ),
-        ("    pure JAX jit(vjp), for scale", ms(ours["pure_jax"]), "", ""),
-        ("(b) apply, cache off", ms(ours["apply_off"]), "1.00", ""),
-        (
-            "(b) apply, cache on",
-            ms(ours["apply_on"]),
-            f"{ours['apply_on'] / ours['apply_off']:.2f}",
-            "",
-        ),
+        ("(a) apply+vjp, cache off", ms(r["cache_off"]), "1.00", ""),
+        ("(a) apply+vjp, cache on", ms(r["cache_on"]), ratio("cache_on", "cache_off"), "<= 0.6"),
+        ("    pure JAX jit(vjp), for scale", ms(r["pure_jax"]), "", ""),
+        ("(b) apply, cache off", ms(r["apply_off"]), "1.00", ""),
+        ("(b) apply, cache on", ms(r["apply_on"]), ratio("apply_on", "apply_off"), ""),
         (
             f"(b) content key + fingerprint, {SIZE:.0e} float32",
-            ms(ours["key"]),
-            f"{ours['key'] / ours['apply_off']:.3f}",
+            ms(r["key"]),
+            f"{r['key'] / r['apply_off']:.3f}",
             "",
         ),
         (
             "(b) exact comparison on a hit",
-            ms(ours["key_check"]),
-            f"{ours['key_check'] / ours['apply_off']:.3f}",
+            ms(r["key_check"]),
+            f"{r['key_check'] / r['apply_off']:.3f}",
             "",
         ),
     ]
-    if isinstance(peer, str):
-        rows.append(("(c) peer", peer, "", ""))
-        return rows
-    rows += [
-        ("(c) peer jax_recipes apply+vjp (default)", ms(peer["cache_off"]), "1.00", ""),
+    if "peer_cache_off" not in r:
+        return [*rows, ("(c) peer", "not run", "", "")]
+    return [
+        *rows,
+        ("(c) peer jax_recipes apply+vjp (its default)", ms(r["peer_cache_off"]), "1.00", ""),
         (
             "(c) peer with its VJP cache on",
-            ms(peer["cache_on"]),
-            f"{peer['cache_on'] / peer['cache_off']:.2f}",
+            ms(r["peer_cache_on"]),
+            ratio("peer_cache_on", "peer_cache_off"),
             "",
         ),
-        (
-            "(c) ours (cache on) vs peer default",
-            "",
-            f"{ours['cache_on'] / peer['cache_off']:.2f}",
-            "<= 0.7",
-        ),
-        (
-            "(c) ours (cache on) vs peer cache on",
-            "",
-            f"{ours['cache_on'] / peer['cache_on']:.2f}",
-            "",
-        ),
+        ("(c) ours (cache on) / peer default", "", ratio("cache_on", "peer_cache_off"), "<= 0.7"),
+        ("(c) ours (cache on) / peer cache on", "", ratio("cache_on", "peer_cache_on"), ""),
     ]
-    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument(
+        "--newton-steps",
+        type=int,
+        nargs="+",
+        default=[150, 60],
+        help="weights of the forward pass (Newton steps), one table each",
+    )
     parser.add_argument("--json", action="store_true", help="print the raw medians as JSON")
     args = parser.parse_args()
-    ours = measure(args.repeats)
-    peer = run_peer(args.repeats)
+    results = {steps: measure(args.repeats, steps) for steps in args.newton_steps}
     if args.json:
-        print(json.dumps({"ours": ours, "peer": peer}))
+        print(json.dumps(results))
         return
-    versions = "" if isinstance(peer, str) else f", peer tesseract-core {peer['tesseract_core']}"
-    print(f"gradpipe.component, jax {jax.__version__}{versions}, medians of {args.repeats}")
-    rows = [("measurement", "ms", "ratio", "target"), *table(ours, peer)]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for i, row in enumerate(rows):
-        print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)))
-        if i == 0:
-            print("-+-".join("-" * w for w in widths))
+    for steps, r in results.items():
+        peer = f", tesseract-core {r['peer_version']}" if "peer_version" in r else ""
+        print(f"\n{steps} Newton steps; jax {jax.__version__}{peer}; medians of {args.repeats}")
+        rows = [("measurement", "ms", "ratio", "target"), *table(r)]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        for i, row in enumerate(rows):
+            print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |")
+            if i == 0:
+                print("|-" + "-|-".join("-" * w for w in widths) + "-|")
 
 
 if __name__ == "__main__":

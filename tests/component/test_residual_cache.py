@@ -348,6 +348,14 @@ def test_reusing_a_numpy_buffer_right_after_a_call_changes_nothing():
     out = comp.apply({"x": x})
     x[:] = 2.0  # the caller reuses the buffer at once
     same_bits(out, ref.apply({"x": original}))
-    ct = {"y": np.ones(x.size, np.float32)}
-    same_bits(comp.vjp({"x": x}, ["x"], ["y"], ct), ref.vjp({"x": x.copy()}, ["x"], ["y"], ct))
+    ct = np.ones(x.size, np.float32)
+    grads = comp.vjp({"x": x}, ["x"], ["y"], {"y": ct})  # a miss: x is kept, so copied
+    ct[:] = 3.0
+    expected = ref.vjp({"x": x.copy()}, ["x"], ["y"], {"y": np.ones(x.size, np.float32)})
+    same_bits(grads, expected)
     assert comp.residual_cache.info().hits == 0
+    x[:] = 0.5
+    comp.vjp({"x": np.full(x.size, 2.0, np.float32)}, ["x"], ["y"], {"y": ct})  # a hit
+    ct[:] = 1.0
+    same_bits(comp.vjp({"x": np.full(x.size, 2.0, np.float32)}, ["x"], ["y"], {"y": ct}), expected)
+    assert comp.residual_cache.info().hits == 2  # the kept key did not follow the buffer

@@ -19,7 +19,7 @@ from ._keys import ContentKey
 from ._paths import ComponentInputError, canonical_path
 from ._residuals import CacheLimits, ResidualCache, Residuals
 from ._schema import LeafSpec, leaf_specs, model_node
-from ._tree import flatten_inputs, rebuild, to_device, validation_error
+from ._tree import FlatInputs, flatten_inputs, rebuild, to_device, validation_error
 
 __all__ = ["Component"]
 
@@ -140,11 +140,12 @@ class Component:
     # -- endpoints ---------------------------------------------------------------
 
     def apply(self, inputs: Mapping[str, Any] | pydantic.BaseModel) -> dict[str, Any]:
-        """Run the function. **Returns** the outputs as a nested dict of JAX arrays.
+        """Run the function. **Returns** the outputs as a nested dict of JAX arrays,
+        without waiting for them (NumPy inputs are copied first).
 
         With the residual cache on, the residuals are kept for a following `vjp`.
         """
-        flat, sig = self._prepare(inputs)
+        _, flat, sig = self._prepare(inputs)
         if not (sig.diff_in and sig.diff_out):
             leaves = self._programs.apply(sig)(self._params, flat.arrays)
             return rebuild(self._out_node, sig.out_structure, leaves)
@@ -163,7 +164,7 @@ class Component:
         """Run the function and keep the residuals of its backward pass (whatever the
         cache setting). **Returns** ``(outputs, residuals)``; pass the residuals to
         `vjp_from` of this component."""
-        flat, sig = self._prepare(inputs)
+        _, flat, sig = self._prepare(inputs)
         leaves, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
         return rebuild(self._out_node, sig.out_structure, leaves), Residuals(self, sig, vjp_fn)
 
@@ -179,25 +180,26 @@ class Component:
 
         A cache hit runs only the backward pass. A miss runs the same forward pass as
         `apply` and then the same backward pass, and keeps the residuals for the next
-        call on this input.
+        call on this input. Waits for the result.
         """
-        flat, sig = self._prepare(inputs)
+        model, flat, sig = self._prepare(inputs, private=False)
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
         vectors = _vectors(sig, outs, cotangents, "output", "cotangent")
         if not (_inexact(ins, sig.diff_in) and _inexact(outs, sig.diff_out)):
             return _fill(ins, {}, sig.in_avals)
-        key = None
-        residuals = None
-        if self.residual_cache is not None:
-            key = ContentKey(flat.structure, flat.arrays)
-            residuals = self.residual_cache.get(key)
+        cache = self.residual_cache
+        residuals = None if cache is None else cache.get(ContentKey(flat.structure, flat.arrays))
         if residuals is None:
+            if cache is not None:
+                # The key outlives this call, so its arrays must be private copies.
+                flat = flatten_inputs(self._in_node, model)
             _, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
             residuals = Residuals(self, sig, vjp_fn)
-            if key is not None:
-                self.residual_cache.put(key, residuals)
-        return self._pull(residuals, ins, outs, vectors)
+            if cache is not None:
+                cache.put(ContentKey(flat.structure, flat.arrays), residuals)
+        # The device arrays may share the caller's buffers until the result is ready.
+        return jax.block_until_ready(self._pull(residuals, ins, outs, vectors))
 
     def vjp_from(
         self,
@@ -206,14 +208,15 @@ class Component:
         vjp_outputs: list[str],
         cotangents: Mapping[str, Any],
     ) -> dict[str, Any]:
-        """`vjp` from the residuals `apply_keep` returned: only the backward pass runs."""
+        """`vjp` from the residuals `apply_keep` returned: only the backward pass runs.
+        Waits for the result."""
         if not isinstance(residuals, Residuals) or residuals._owner is not self:
             raise ValueError("vjp_from takes the residuals of this component's apply_keep.")
         sig = residuals._signature
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
         vectors = _vectors(sig, outs, cotangents, "output", "cotangent")
-        return self._pull(residuals, ins, outs, vectors)
+        return jax.block_until_ready(self._pull(residuals, ins, outs, vectors))
 
     def _pull(
         self, residuals: Residuals, ins: Selection, outs: Selection, vectors: dict[int, Any]
@@ -235,8 +238,9 @@ class Component:
         tangents: Mapping[str, Any],
     ) -> dict[str, Any]:
         """The Jacobian-vector product: ``tangents`` (keyed by input path) pushed
-        forward to the outputs ``jvp_outputs``. **Returns** ``{output path: array}``."""
-        flat, sig = self._prepare(inputs)
+        forward to the outputs ``jvp_outputs``. **Returns** ``{output path: array}``
+        (waits for it)."""
+        _, flat, sig = self._prepare(inputs, private=False)
         ins = sig.select(jvp_inputs, "input", "jvp input")
         outs = sig.select(jvp_outputs, "output", "jvp output")
         vectors = _vectors(sig, ins, tangents, "input", "tangent")
@@ -246,7 +250,7 @@ class Component:
             program = self._programs.jvp(sig, f_ins, f_outs)
             result = program(self._params, flat.arrays, tuple(vectors[i] for i in f_ins))
             pushed = dict(zip(f_outs, result))
-        return _fill(outs, pushed, sig.out_avals)
+        return jax.block_until_ready(_fill(outs, pushed, sig.out_avals))
 
     def jacobian(
         self,
@@ -260,7 +264,7 @@ class Component:
         chosen inputs have no more elements than the chosen outputs, else reverse."""
         if mode not in ("auto", "fwd", "rev"):
             raise ValueError(f"jacobian mode must be 'auto', 'fwd' or 'rev', got {mode!r}.")
-        flat, sig = self._prepare(inputs)
+        _, flat, sig = self._prepare(inputs, private=False)
         ins = sig.select(jac_inputs, "input", "jacobian input")
         outs = sig.select(jac_outputs, "output", "jacobian output")
         f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
@@ -283,7 +287,7 @@ class Component:
                 else:
                     shape = sig.out_avals[o].shape + sig.in_avals[i].shape
                     jac[out_path][in_path] = np.zeros(shape, jax.dtypes.float0)
-        return jac
+        return jax.block_until_ready(jac)
 
     def abstract_eval(self, abstract_inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The output shapes and dtypes for inputs given by shape and dtype: array
@@ -299,7 +303,9 @@ class Component:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _prepare(self, inputs: Any) -> tuple[Any, Signature]:
+    def _prepare(
+        self, inputs: Any, private: bool = True
+    ) -> tuple[pydantic.BaseModel, FlatInputs, Signature]:
         if isinstance(inputs, self.input_model):
             model = inputs
         elif isinstance(inputs, Mapping):
@@ -313,11 +319,11 @@ class Component:
                 f"Inputs must be a dict or a {self.input_model.__name__} instance, "
                 f"got {type(inputs).__name__}.",
             )
-        flat = flatten_inputs(self._in_node, model)
+        flat = flatten_inputs(self._in_node, model, private=private)
         sig = self._programs.signature(
             self._params, flat.structure, flat.arrays, flat.paths, flat.nodes
         )
-        return flat, sig
+        return model, flat, sig
 
 
 def _inexact(selection: Selection, differentiable: tuple[int, ...]) -> tuple[int, ...]:
@@ -341,7 +347,8 @@ def _fill(selection: Selection, computed: dict[int, Any], avals: tuple[Any, ...]
 def _vectors(sig: Signature, selection: Selection, given: Any, side: str,
              what: str) -> dict[int, Any]:  # fmt: skip
     """Tangents or cotangents by leaf index, checked to match the selection exactly
-    and to have the shape of the leaf they address, cast to the leaf's dtype."""
+    and to have the shape of the leaf they address, cast to the leaf's dtype. They
+    may share the caller's buffers: the endpoint waits for its result."""
     if not isinstance(given, Mapping):
         raise ComponentInputError("", f"The {what}s must be a dict from path to array.")
     by_path = {canonical_path(k, what=f"{what} path"): v for k, v in given.items()}
@@ -375,5 +382,5 @@ def _vectors(sig: Signature, selection: Selection, given: Any, side: str,
                 f"{tuple(avals[i].shape)} (the shape of that {side}).",
             )
         if jnp.issubdtype(avals[i].dtype, jnp.inexact):
-            vectors[i] = to_device(value, avals[i].dtype)
+            vectors[i] = to_device(value, avals[i].dtype, private=False)
     return vectors

@@ -133,7 +133,8 @@ class ResidualCache:
         return found[1].residuals
 
     def put(self, key: ContentKey, residuals: Residuals) -> bool:
-        """Keep ``residuals`` under ``key``; whether they were kept."""
+        """Keep ``residuals`` under ``key``; whether the cache now holds residuals for
+        ``key``'s input."""
         held = {id(a) for a in _unique_arrays(residuals._vjp_fn)}
         nbytes = residuals.nbytes + sum(a.nbytes for a in key.arrays if id(a) not in held)
         if nbytes > self.limits.max_bytes or self.limits.max_entries == 0:
@@ -141,14 +142,17 @@ class ResidualCache:
         with self._lock:
             kin = [(n, e) for n, e in self._entries.items() if e.key.same_kind(key)]
         # An entry of the same kind with the same fingerprint is almost surely this
-        # input applied again: it is replaced without comparing the arrays. Were it a
-        # different input, the cost is a recomputation on its next vjp, never a wrong
+        # input applied again: it is kept (and marked recently used) and the new
+        # residuals, equal to the bit since the same program ran on the same input,
+        # are dropped, so that their memory is reused at once. Were it another input,
+        # the cost is a recomputation on the new input's next vjp, never a wrong
         # answer, since lookups compare exactly.
-        stale = [n for n, e in kin if e.key.digest == key.digest]
+        twins = [n for n, e in kin if e.key.digest == key.digest]
         with self._lock:
-            for serial in stale:
+            for serial in twins:
                 if serial in self._entries:
-                    self._nbytes -= self._entries.pop(serial).nbytes
+                    self._entries.move_to_end(serial)
+                    return True
             self._serial += 1
             self._entries[self._serial] = _Entry(key, residuals, nbytes)
             self._nbytes += nbytes

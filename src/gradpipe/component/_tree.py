@@ -51,7 +51,11 @@ class FlatInputs:
 
 
 def flatten_inputs(
-    node: ModelNode, value: pydantic.BaseModel | Mapping[str, Any], *, abstract: bool = False
+    node: ModelNode,
+    value: pydantic.BaseModel | Mapping[str, Any],
+    *,
+    abstract: bool = False,
+    private: bool = True,
 ) -> FlatInputs:
     """Flatten a validated input model along ``node``.
 
@@ -59,6 +63,9 @@ def flatten_inputs(
     ``{"shape": [...], "dtype": "..."}`` dicts, anything with ``shape`` and ``dtype``,
     or concrete values; they become ``jax.ShapeDtypeStruct``s, and static leaves and
     missing fields are validated here.
+
+    With ``private=False``, device arrays may share memory with the caller's NumPy
+    arrays (see `to_device`): only for work that finishes before the call returns.
     """
     arrays: list[jax.Array] = []
     paths: list[str] = []
@@ -71,7 +78,7 @@ def flatten_inputs(
             if abstract:
                 array = _abstract_array(node, value, path)
             else:
-                array = to_device(value, node.spec.dtype)
+                array = to_device(value, node.spec.dtype, private)
             if not node.spec.shape_matches(array.shape):
                 raise ComponentInputError(
                     path,
@@ -120,14 +127,21 @@ def flatten_inputs(
     return FlatInputs(structure, tuple(arrays), tuple(paths), tuple(nodes))
 
 
-def to_device(value: Any, dtype: np.dtype) -> jax.Array:
-    """``value`` as a JAX array of ``dtype`` that nothing else can change."""
+def to_device(value: Any, dtype: np.dtype, private: bool = True) -> jax.Array:
+    """``value`` as a JAX array of ``dtype``.
+
+    On the CPU, ``jax.device_put`` of a NumPy array may share its memory, and the
+    transfer may read it after the call returns, so a caller reusing their buffer
+    would change the array under a result or a cache key. ``private=True`` copies it
+    first, so nothing outside can change the array; ``private=False`` saves that copy
+    for work the caller waits for before returning. (``jnp.asarray`` of a large NumPy
+    array is several times slower than either.)
+    """
     if isinstance(value, jax.Array):
         return jnp.asarray(value, dtype=dtype)  # also drops a weak type
-    # A private host copy: the transfer may read it after this call returns, and the
-    # caller may reuse their buffer at once. (``jnp.asarray`` of a large NumPy array
-    # is also several times slower than this.)
-    return jax.device_put(np.array(value, dtype=dtype, copy=True))
+    if private:
+        return jax.device_put(np.array(value, dtype=dtype, copy=True))
+    return jax.device_put(np.asarray(value, dtype=dtype))
 
 
 def _field(node: ModelNode, value: Mapping[str, Any], name: str, path: str) -> Any:
