@@ -212,7 +212,7 @@ class RemoteComponent(Operator):
                 return self._abstract[key]
         answer = self.client.post("abstract_eval", {"abstract_inputs": abstract_inputs})
         with self._lock:
-            self._abstract[key] = answer["outputs"]
+            _bounded_put(self._abstract, key, answer["outputs"])
         return answer["outputs"]
 
     # -- the JAX function --------------------------------------------------------------
@@ -236,7 +236,7 @@ class RemoteComponent(Operator):
         if fn is None:
             fn = self._build(inputs, paths, arrays, statics)
             with self._lock:
-                self._functions[key] = fn
+                _bounded_put(self._functions, key, fn)
         return fn(*arrays)
 
     def _build(
@@ -279,7 +279,7 @@ class RemoteComponent(Operator):
             return unflatten(template, values, keyed_in)
 
         def results(tree: dict, sds: list[jax.ShapeDtypeStruct], paths: list[str]) -> list:
-            return results_by_path(dict(flatten(tree, keyed_out, _is_array)), paths, sds)
+            return _results_by_path(dict(flatten(tree, keyed_out, _is_array)), paths, sds)
 
         # -- callbacks (they run on the host, with NumPy arrays)
 
@@ -333,7 +333,7 @@ class RemoteComponent(Operator):
                 [out_paths[j] for j in diff_out],
                 {in_paths[i]: t for i, t in zip(active, tangents)},
             )
-            return results_by_path(
+            return _results_by_path(
                 answer, [out_paths[j] for j in diff_out], [out_sds[j] for j in diff_out]
             )
 
@@ -346,7 +346,7 @@ class RemoteComponent(Operator):
                 {out_paths[j]: c for j, c in zip(diff_out, cts)},
                 handle=bytes(np.asarray(token, np.uint8)).hex() if np.any(token) else None,
             )
-            return results_by_path(answer, [in_paths[i] for i in active], in_sds(active))
+            return _results_by_path(answer, [in_paths[i] for i in active], in_sds(active))
 
         def in_sds(active: list[int]) -> list[jax.ShapeDtypeStruct]:
             return [jax.ShapeDtypeStruct(examples[i].shape, examples[i].dtype) for i in active]
@@ -397,7 +397,7 @@ class RemoteComponent(Operator):
         return remote
 
 
-def results_by_path(
+def _results_by_path(
     answer: dict[str, Any], paths: list[str], sds: list[jax.ShapeDtypeStruct]
 ) -> list[np.ndarray]:
     """Arrays of a ``{path: array}`` answer in the order of ``paths``, checked."""
@@ -413,6 +413,13 @@ def results_by_path(
             )
         out.append(value.astype(spec.dtype, copy=False))
     return out
+
+
+def _bounded_put(cache: dict, key: str, value: Any, limit: int = 256) -> None:
+    """Insert into a per-instance cache, dropping the oldest entries past ``limit``."""
+    cache[key] = value
+    while len(cache) > limit:
+        del cache[next(iter(cache))]
 
 
 def _zero_tangent(sds: jax.ShapeDtypeStruct) -> jax.Array:
