@@ -193,6 +193,10 @@ def test_repeated_calls_do_not_retrace(make_component):
         inputs = nested_inputs(10 + seed)
         call_all(["table[a]", "x"])  # the same path set, another order
     assert len(traces) == first
+    # Every compiled program, the cached backward pass included, compiled once.
+    programs = list(comp._programs._programs.values())
+    assert {"keep", "backward", "jvp", "jacobian"} <= {k[0] for k in comp._programs._programs}
+    assert all(p._cache_size() == 1 for p in programs)
     inputs["x"] = np.ones(6, np.float32)  # a new shape compiles again
     comp.apply(inputs)
     assert len(traces) > first
