@@ -36,3 +36,27 @@ def forward(d):
 
 
 component = Component(forward, inputs=Inputs, outputs=Outputs)
+
+
+class Layer(pydantic.BaseModel):
+    w: Differentiable[Array[np.float32, (None,)]]
+
+
+class NestedInputs(pydantic.BaseModel):
+    bands: dict[str, Differentiable[Array[np.float32, (None,)]]]
+    layers: list[Layer]
+    label: str = "run"
+
+
+class NestedOutputs(pydantic.BaseModel):
+    per_band: dict[str, Differentiable[Array[np.float32, ()]]]
+    total: Differentiable[Array[np.float32, ()]]
+
+
+def nested_forward(d):
+    weight = sum(jnp.sum(layer["w"] ** 2) for layer in d["layers"])
+    per_band = {k: jnp.sum(jnp.sin(v)) * weight for k, v in d["bands"].items()}
+    return {"per_band": per_band, "total": sum(per_band.values()) * len(d["label"])}
+
+
+nested_component = Component(nested_forward, inputs=NestedInputs, outputs=NestedOutputs)
