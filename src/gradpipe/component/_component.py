@@ -344,8 +344,9 @@ def _fill(selection: Selection, computed: dict[int, Any], avals: tuple[Any, ...]
     return result
 
 
-def _vectors(sig: Signature, selection: Selection, given: Any, side: str,
-             what: str) -> dict[int, Any]:  # fmt: skip
+def _vectors(
+    sig: Signature, selection: Selection, given: Any, side: str, what: str
+) -> dict[int, Any]:
     """Tangents or cotangents by leaf index, checked to match the selection exactly
     and to have the shape of the leaf they address, cast to the leaf's dtype. They
     may share the caller's buffers: the endpoint waits for its result."""
@@ -371,9 +372,10 @@ def _vectors(sig: Signature, selection: Selection, given: Any, side: str,
             except (TypeError, ValueError):
                 value = np.asarray(None)
         if value.dtype != jax.dtypes.float0 and not (
-            np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_
+            np.issubdtype(value.dtype, np.number)
+            or value.dtype == np.bool_
             or jnp.issubdtype(value.dtype, jnp.floating)
-        ):  # fmt: skip
+        ):
             raise ComponentInputError(name, f"The {what} for {name!r} must be a numeric array.")
         if tuple(value.shape) != tuple(avals[i].shape):
             raise ComponentInputError(

@@ -106,9 +106,12 @@ class Programs:
     """
 
     def __init__(
-        self, call: Callable[[Any, Any], Any], in_node: ModelNode, out_node: ModelNode,
+        self,
+        call: Callable[[Any, Any], Any],
+        in_node: ModelNode,
+        out_node: ModelNode,
         max_programs: int = 256,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._call = call
         self._in_node = in_node
         self._out_node = out_node
@@ -123,8 +126,14 @@ class Programs:
         output = self._call(params, rebuild(self._in_node, structure, arrays))
         return flatten_outputs(self._out_node, output)[2]
 
-    def signature(self, params: Any, structure: Any, arrays: tuple[Any, ...],
-                  paths: tuple[str, ...], nodes: tuple[ArrayNode, ...]) -> Signature:  # fmt: skip
+    def signature(
+        self,
+        params: Any,
+        structure: Any,
+        arrays: tuple[Any, ...],
+        paths: tuple[str, ...],
+        nodes: tuple[ArrayNode, ...],
+    ) -> Signature:
         """The signature of an input, tracing the function abstractly the first time."""
         avals = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays)
         key = (structure, tuple((a.shape, a.dtype) for a in avals))
@@ -144,9 +153,15 @@ class Programs:
         out_avals = jax.eval_shape(traced, params, avals)
         out_structure, out_paths, _, out_nodes = holder["flat"]
         sig = Signature(
-            key, paths, nodes, avals, out_structure, tuple(out_paths), tuple(out_nodes),
+            key,
+            paths,
+            nodes,
+            avals,
+            out_structure,
+            tuple(out_paths),
+            tuple(out_nodes),
             tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals),
-        )  # fmt: skip
+        )
         with self._lock:
             self._signatures[key] = sig
             while len(self._signatures) > self._max:
@@ -166,8 +181,9 @@ class Programs:
                 self._programs.popitem(last=False)
         return program
 
-    def _restricted(self, sig: Signature, params: Any, arrays: Any, ins: tuple[int, ...],
-                    outs: tuple[int, ...]) -> Callable[[tuple], tuple]:  # fmt: skip
+    def _restricted(
+        self, sig: Signature, params: Any, arrays: Any, ins: tuple[int, ...], outs: tuple[int, ...]
+    ) -> Callable[[tuple], tuple]:
         """The function from the leaves ``ins`` to the leaves ``outs``, others fixed."""
         structure = sig.key[0]
 
@@ -248,8 +264,9 @@ class Programs:
 
         return self._program(("jvp", sig.key, ins, outs), build)
 
-    def jacobian(self, sig: Signature, ins: tuple[int, ...], outs: tuple[int, ...],
-                 mode: str) -> Callable:  # fmt: skip
+    def jacobian(
+        self, sig: Signature, ins: tuple[int, ...], outs: tuple[int, ...], mode: str
+    ) -> Callable:
         """``(params, arrays) -> jac[out][in]``, by forward or reverse mode."""
 
         def build() -> Callable[..., tuple]:

@@ -389,9 +389,10 @@ def leaf_specs(node: Node, path: str = "", optional: bool = False) -> list[LeafS
     """Every leaf under ``node``, in the order a Component flattens them."""
     if isinstance(node, ArrayNode):
         return [
-            LeafSpec(path, "array", node.spec.dtype.name, node.spec.shape, node.differentiable,
-                     optional)
-        ]  # fmt: skip
+            LeafSpec(
+                path, "array", node.spec.dtype.name, node.spec.shape, node.differentiable, optional
+            )
+        ]
     if isinstance(node, StaticNode):
         text = getattr(node.annotation, "__name__", None) or repr(node.annotation)
         return [LeafSpec(path, "static", None, None, False, optional, text)]
