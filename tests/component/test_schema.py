@@ -67,6 +67,8 @@ def test_arrays_validate_shape_and_cast_up_only():
 def test_type_errors_at_definition():
     with pytest.raises(TypeError, match="Array"):
         Differentiable[int]
+    with pytest.raises(TypeError, match="complex"):
+        Differentiable[Array[np.complex64, (2,)]]
     with pytest.raises(TypeError, match="shape"):
         Array[np.float32, (3, "x")]
     with pytest.raises(TypeError, match="dtype"):

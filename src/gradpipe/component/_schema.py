@@ -229,13 +229,20 @@ class Differentiable:
     """Marks an `Array` field as one the gradient endpoints may differentiate with
     respect to (inputs) or of (outputs): ``Differentiable[Array[np.float32, (None,)]]``.
 
-    Derivatives with respect to or of integer and bool arrays are zeros of dtype
-    ``jax.dtypes.float0``, as in JAX.
+    The array's dtype is a real float (the usual case), an integer or bool (whose
+    derivatives are zeros of dtype ``jax.dtypes.float0``, as in JAX); complex arrays
+    are refused.
     """
 
     def __class_getitem__(cls, item: Any) -> Any:
-        if _array_spec(item) is None:
+        spec = _array_spec(item)
+        if spec is None:
             raise TypeError(f"Differentiable[...] takes an Array[...] type, got {item!r}.")
+        if _kind(spec.dtype) == "c":
+            raise TypeError(
+                f"Differentiable[...] supports real and integer dtypes, not {spec.dtype}: "
+                f"split a complex array into real and imaginary fields."
+            )
         return Annotated[item, DIFFERENTIABLE]
 
 
