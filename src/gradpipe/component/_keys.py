@@ -18,12 +18,14 @@ specific wrong answer:
 - **Every array contributes dtype, shape, weak type and devices**, so ``int64[4]``
   and ``int64[2, 2]`` holding the same bytes, or equal bytes read as different
   dtypes, are different keys.
-- **Array contents are compared bitwise where they live.** A fingerprint is computed
-  by a jitted reduction on the array's devices (no host copy) and only narrows the
-  search; `__eq__` decides by comparing the bits on the device, so ``-0.0`` differs
-  from ``0.0`` and NaN equals itself. The fingerprint salts each word with its
-  position, so a permuted array lands elsewhere. The same immutable ``jax.Array``
-  object is equal to itself without reading it.
+- **Array contents are compared bitwise where they live.** A fingerprint, computed by
+  a jitted reduction on the array's devices (no host copy) and only when cached keys
+  of the same kind must be told apart, narrows the search; `__eq__` decides by
+  comparing the bits on the device, so ``-0.0`` differs from ``0.0`` and NaN equals
+  itself. The fingerprint salts each word with its position, so a permuted array
+  lands elsewhere. The same ``jax.Array`` object is equal to itself without reading
+  it: JAX arrays are immutable (the component copies NumPy inputs it keeps, since on
+  the CPU a JAX array may share a NumPy buffer).
 """
 
 from __future__ import annotations
