@@ -24,46 +24,19 @@ asked once per distinct input shapes/dtypes/static values and cached.
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
-import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.custom_derivatives import SymbolicZero, linear_call
 
 from gradpipe.core import Operator
 
 from ._client import Client, UnknownHandleError
-from ._handles import HANDLE_BYTES
-from ._linear_call_vmap import install as _install_linear_call_vmap
-from ._paths import flatten, is_differentiable_path, keyed_prefixes, unflatten
+from ._jax_function import build_jax_function, is_array
+from ._paths import flatten, keyed_prefixes
 
 __all__ = ["RemoteComponent", "connect"]
-
-_install_linear_call_vmap()  # so that vmap of a derivative of a remote call works
-
-
-def _is_array(value: Any) -> bool:
-    return isinstance(value, jax.Array | np.ndarray | np.generic)
-
-
-def _is_abstract_leaf(node: Any) -> bool:
-    return isinstance(node, dict) and "shape" in node and "dtype" in node
-
-
-def _sds(spec: dict[str, Any], path: str) -> jax.ShapeDtypeStruct:
-    try:
-        dtype = jax.dtypes.canonicalize_dtype(np.dtype(spec["dtype"]))
-        return jax.ShapeDtypeStruct(tuple(int(n) for n in spec["shape"]), dtype)
-    except (KeyError, TypeError, ValueError):
-        raise TypeError(
-            f"RemoteComponent: output {path} is not an array ({spec!r}); only array outputs "
-            "can be returned under JAX transformations. Call .apply(...) for other outputs."
-        ) from None
 
 
 class RemoteComponent(Operator):
@@ -225,194 +198,19 @@ class RemoteComponent(Operator):
             raise TypeError(
                 f"RemoteComponent takes one dict of inputs, got {type(inputs).__name__}."
             )
-        leaves = flatten(inputs, self._keyed("inputs"), _is_array)
-        paths = [p for p, v in leaves if _is_array(v)]
-        arrays = [jnp.asarray(v) for p, v in leaves if _is_array(v)]
-        statics = {p: v for p, v in leaves if not _is_array(v)}
+        leaves = flatten(inputs, self._keyed("inputs"), is_array)
+        paths = [p for p, v in leaves if is_array(v)]
+        arrays = [jnp.asarray(v) for p, v in leaves if is_array(v)]
+        statics = {p: v for p, v in leaves if not is_array(v)}
         signature = [(p, a.shape, a.dtype.name) for p, a in zip(paths, arrays)]
         key = json.dumps([signature, sorted(statics.items())], default=repr)
         with self._lock:
             fn = self._functions.get(key)
         if fn is None:
-            fn = self._build(inputs, paths, arrays, statics)
+            fn = build_jax_function(self, inputs, paths, arrays)
             with self._lock:
                 _bounded_put(self._functions, key, fn)
         return fn(*arrays)
-
-    def _build(
-        self, inputs: dict, in_paths: list[str], examples: list[jax.Array], statics: dict[str, Any]
-    ) -> Callable:
-        keyed_in, keyed_out = self._keyed("inputs"), self._keyed("outputs")
-        template = unflatten(inputs, dict.fromkeys(in_paths), keyed_in)
-        abstract = unflatten(
-            template,
-            {
-                p: {"shape": list(a.shape), "dtype": a.dtype.name}
-                for p, a in zip(in_paths, examples)
-            },
-            keyed_in,
-        )
-        out_tree = self.abstract_eval(abstract)
-        out_leaves = flatten(out_tree, keyed_out, _is_abstract_leaf)
-        out_paths = [p for p, _ in out_leaves]
-        out_sds = [_sds(s, p) for p, s in out_leaves]
-        xg = self.schema["x-gradpipe"]
-        diff_in = [
-            i
-            for i, (p, a) in enumerate(zip(in_paths, examples))
-            if jnp.issubdtype(a.dtype, jnp.inexact)
-            and is_differentiable_path(p, xg["differentiable_inputs"])
-        ]
-        diff_out = [
-            i
-            for i, (p, s) in enumerate(zip(out_paths, out_sds))
-            if jnp.issubdtype(s.dtype, jnp.inexact)
-            and is_differentiable_path(p, xg["differentiable_outputs"])
-        ]
-        base_ndims = [a.ndim for a in examples]
-        batching = bool(xg.get("batching", {}).get("apply"))
-        max_batch = int(xg.get("batching", {}).get("max_batch", 0))
-        handle_sds = jax.ShapeDtypeStruct((HANDLE_BYTES,), jnp.uint8)
-
-        def document(arrays: Sequence[Any]) -> dict:
-            values = {p: np.asarray(a) for p, a in zip(in_paths, arrays)}
-            return unflatten(template, values, keyed_in)
-
-        def results(tree: dict, sds: list[jax.ShapeDtypeStruct], paths: list[str]) -> list:
-            return _results_by_path(dict(flatten(tree, keyed_out, _is_array)), paths, sds)
-
-        # -- callbacks (they run on the host, with NumPy arrays)
-
-        def apply_one(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-            return results(self.apply(document(arrays)), out_sds, out_paths)
-
-        def apply_cb(*arrays: np.ndarray) -> list[np.ndarray]:
-            lead = [a.shape[: a.ndim - n] for a, n in zip(arrays, base_ndims)]
-            batch = np.broadcast_shapes(*lead) if lead else ()
-            if batch == ():
-                return apply_one(arrays)
-            size = math.prod(batch)
-            batched = [i for i, shape in enumerate(lead) if math.prod(shape) > 1]
-            flat = [
-                np.broadcast_to(a, batch + a.shape[len(lead[i]) :]).reshape(
-                    (size, *a.shape[len(lead[i]) :])
-                )
-                if i in batched
-                else a.reshape(a.shape[len(lead[i]) :])
-                for i, a in enumerate(arrays)
-            ]
-            if batching and 1 <= size <= max_batch:
-                answer = self.client.post(
-                    "apply",
-                    {
-                        "inputs": document(flat),
-                        "batch_size": size,
-                        "batched_paths": [in_paths[i] for i in batched],
-                    },
-                )["outputs"]
-                batched_sds = [jax.ShapeDtypeStruct((size, *s.shape), s.dtype) for s in out_sds]
-                outs = results(answer, batched_sds, out_paths)
-            else:
-                rows = [
-                    apply_one([f[k] if i in batched else f for i, f in enumerate(flat)])
-                    for k in range(size)
-                ]
-                outs = [np.stack([r[j] for r in rows]) for j in range(len(out_sds))]
-            return [o.reshape(batch + s.shape) for o, s in zip(outs, out_sds)]
-
-        def apply_keep_cb(*arrays: np.ndarray) -> list[np.ndarray]:
-            outputs, handle = self.apply_keep(document(arrays))
-            token = bytes.fromhex(handle) if handle else bytes(HANDLE_BYTES)
-            return [*results(outputs, out_sds, out_paths), np.frombuffer(token, np.uint8)]
-
-        def jvp_cb(active: list[int], *args: np.ndarray) -> list[np.ndarray]:
-            arrays, tangents = args[: len(in_paths)], args[len(in_paths) :]
-            answer = self.jvp(
-                document(arrays),
-                [in_paths[i] for i in active],
-                [out_paths[j] for j in diff_out],
-                {in_paths[i]: t for i, t in zip(active, tangents)},
-            )
-            return _results_by_path(
-                answer, [out_paths[j] for j in diff_out], [out_sds[j] for j in diff_out]
-            )
-
-        def vjp_cb(active: list[int], token: np.ndarray, *args: np.ndarray) -> list[np.ndarray]:
-            arrays, cts = args[: len(in_paths)], args[len(in_paths) :]
-            answer = self.vjp(
-                document(arrays),
-                [in_paths[i] for i in active],
-                [out_paths[j] for j in diff_out],
-                {out_paths[j]: c for j, c in zip(diff_out, cts)},
-                handle=bytes(np.asarray(token, np.uint8)).hex() if np.any(token) else None,
-            )
-            return _results_by_path(answer, [in_paths[i] for i in active], in_sds(active))
-
-        def in_sds(active: list[int]) -> list[jax.ShapeDtypeStruct]:
-            return [jax.ShapeDtypeStruct(examples[i].shape, examples[i].dtype) for i in active]
-
-        # -- the custom_jvp function
-
-        @jax.custom_jvp
-        def remote(*arrays: jax.Array) -> dict:
-            outs = jax.pure_callback(apply_cb, out_sds, *arrays, vmap_method="expand_dims")
-            return unflatten(out_tree, dict(zip(out_paths, outs)), keyed_out, _is_abstract_leaf)
-
-        def remote_jvp(primals, tangents):
-            *outs, token = jax.pure_callback(
-                apply_keep_cb, [*out_sds, handle_sds], *primals, vmap_method="sequential"
-            )
-            tangent_outs = [_zero_tangent(s) for s in out_sds]
-            # Only inputs with a tangent that is not symbolically zero enter the linear
-            # map: the transpose must see every linear argument as an unknown.
-            active = [i for i in diff_in if not isinstance(tangents[i], SymbolicZero)]
-            if active and diff_out:
-                lin_sds = [out_sds[j] for j in diff_out]
-
-                def forward(res, ts):
-                    return jax.pure_callback(
-                        partial(jvp_cb, active), lin_sds, *res[1:], *ts, vmap_method="sequential"
-                    )
-
-                def transpose(res, cts):
-                    return jax.pure_callback(
-                        partial(vjp_cb, active), in_sds(active), *res, *cts,
-                        vmap_method="sequential",
-                    )  # fmt: skip
-
-                lin = linear_call(
-                    forward, transpose, (token, *primals), [tangents[i] for i in active]
-                )
-                for j, t in zip(diff_out, lin):
-                    tangent_outs[j] = t
-            primal_tree = unflatten(
-                out_tree, dict(zip(out_paths, outs)), keyed_out, _is_abstract_leaf
-            )
-            tangent_tree = unflatten(
-                out_tree, dict(zip(out_paths, tangent_outs)), keyed_out, _is_abstract_leaf
-            )
-            return primal_tree, tangent_tree
-
-        remote.defjvp(remote_jvp, symbolic_zeros=True)
-        return remote
-
-
-def _results_by_path(
-    answer: dict[str, Any], paths: list[str], sds: list[jax.ShapeDtypeStruct]
-) -> list[np.ndarray]:
-    """Arrays of a ``{path: array}`` answer in the order of ``paths``, checked."""
-    out = []
-    for path, spec in zip(paths, sds):
-        if path not in answer:
-            raise RuntimeError(f"RemoteComponent: the server's answer has no {path!r}.")
-        value = np.asarray(answer[path])
-        if value.shape != spec.shape:
-            raise RuntimeError(
-                f"RemoteComponent: the server answered {path!r} with shape {value.shape}; "
-                f"abstract_eval promised {spec.shape}."
-            )
-        out.append(value.astype(spec.dtype, copy=False))
-    return out
 
 
 def _bounded_put(cache: dict, key: str, value: Any, limit: int = 256) -> None:
@@ -420,12 +218,6 @@ def _bounded_put(cache: dict, key: str, value: Any, limit: int = 256) -> None:
     cache[key] = value
     while len(cache) > limit:
         del cache[next(iter(cache))]
-
-
-def _zero_tangent(sds: jax.ShapeDtypeStruct) -> jax.Array:
-    if jnp.issubdtype(sds.dtype, jnp.inexact):
-        return jnp.zeros(sds.shape, sds.dtype)
-    return np.zeros(sds.shape, jax.dtypes.float0)
 
 
 def connect(
