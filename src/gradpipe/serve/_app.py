@@ -29,16 +29,17 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import numpy as np
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ._batching import split_batch, stack
 from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode, encode, media_type
+from ._errors import HTTPError
 from ._handles import HandleStore, UnknownHandle
-from ._paths import flatten, keyed_prefixes, unflatten
+from ._paths import keyed_prefixes
 from ._schema import leaf_specs, openapi_schema
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "create_app"]
@@ -52,14 +53,6 @@ _FIELDS = {
     "vjp": ({"vjp_inputs", "vjp_outputs", "cotangents"}, {"inputs", "handle"}),
     "abstract_eval": ({"abstract_inputs"}, set()),
 }
-
-
-class HTTPError(Exception):
-    """An error answered with ``status`` and a JSON body naming ``path``."""
-
-    def __init__(self, status: int, kind: str, message: str, path: str | None = None):
-        super().__init__(message)
-        self.status, self.kind, self.message, self.path = status, kind, message, path
 
 
 def _error_response(exc: HTTPError) -> JSONResponse:
@@ -110,34 +103,6 @@ def _input_error(exc: Exception, field: str | None = None) -> HTTPError:
     if field and path and not str(path).startswith(field):
         path = f"{field}.{path}"
     return HTTPError(422, "invalid_input", str(exc), path or field)
-
-
-# -- batching ---------------------------------------------------------------------
-
-
-def _split_batch(inputs: dict, paths: list[str], size: int, keyed: frozenset[str]) -> list[dict]:
-    """Element ``i`` of a batched request: index ``i`` of every leaf in ``paths``."""
-    leaves = dict(flatten(inputs, keyed, lambda node: isinstance(node, np.ndarray)))
-    for path in paths:
-        leaf = leaves.get(path)
-        if leaf is None:
-            raise HTTPError(422, "invalid_batch", "batched_paths names no input leaf.", path)
-        if not isinstance(leaf, np.ndarray) or leaf.ndim == 0 or leaf.shape[0] != size:
-            raise HTTPError(
-                422, "invalid_batch", f"a batched leaf needs leading size {size}.", path
-            )
-    return [unflatten(inputs, {p: leaves[p][i] for p in paths}, keyed) for i in range(size)]
-
-
-def _stack(results: list[Any]) -> Any:
-    first = results[0]
-    if isinstance(first, dict):
-        return {k: _stack([r[k] for r in results]) for k in first}
-    if isinstance(first, list | tuple):
-        return [_stack([r[i] for r in results]) for i in range(len(first))]
-    if hasattr(first, "shape") and hasattr(first, "dtype"):
-        return np.stack([np.asarray(r) for r in results])
-    return list(results)
 
 
 # -- the application --------------------------------------------------------------
@@ -298,9 +263,9 @@ class _Server:
                     "keep_residuals",
                 )
             keyed = keyed_prefixes(spec["path"] for spec in leaf_specs(comp.input_spec()))
-            elements = _split_batch(inputs, doc.get("batched_paths") or [], size, keyed)
+            elements = split_batch(inputs, doc.get("batched_paths") or [], size, keyed)
             return {
-                "outputs": _stack(
+                "outputs": stack(
                     [self._call("inputs", lambda e=e: comp.apply(e)) for e in elements]
                 )
             }
