@@ -26,6 +26,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,16 +91,19 @@ def start_gradpipe() -> tuple[str, subprocess.Popen]:
     return url, process
 
 
-def start_peer() -> tuple[str, subprocess.Popen]:
+def start_peer(workdir: str) -> tuple[str, subprocess.Popen]:
+    """The peer's server; it writes a ``run_<uuid>/logs`` folder per request into
+    ``workdir`` (a temporary folder, removed afterwards)."""
     python = Path(os.environ.get("PEER_PYTHON", ROOT / ".venv-peer/bin/python"))
     runtime = python.parent / "tesseract-runtime"
     if not runtime.exists():
         raise SystemExit(f"{runtime} is missing: install tesseract-core[runtime] in that venv.")
     port = _free_port()
     env = {**os.environ, "TESSERACT_API_PATH": str(HERE / "peer_serve_api.py"),
-           "TESSERACT_OUTPUT_FORMAT": "json+base64"}  # fmt: skip
+           "TESSERACT_OUTPUT_FORMAT": "json+base64", "TESSERACT_OUTPUT_PATH": workdir,
+           "TESSERACT_INPUT_PATH": workdir}  # fmt: skip
     command = [str(runtime), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(command, env=env, cwd=workdir, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     _wait(url, process, "tesseract-runtime serve")
     return url, process
@@ -145,10 +149,11 @@ def main() -> None:
     want_g = np.asarray(jax.vjp(forward, jnp.asarray(x))[1](jnp.asarray(ct))[0])
 
     servers = []
+    peer_dir = tempfile.TemporaryDirectory(prefix="gradpipe-bench-peer-")
     try:
         url, process = start_gradpipe()
         servers.append(process)
-        peer_url, peer_process = start_peer()
+        peer_url, peer_process = start_peer(peer_dir.name)
         servers.append(peer_process)
         binary = RemoteComponent(url, encoding="binary")
         json_ = RemoteComponent(url, encoding="json")
@@ -199,6 +204,7 @@ def main() -> None:
         for process in servers:
             process.terminate()
             process.wait(timeout=30)
+        peer_dir.cleanup()
 
     peer_median = statistics.median(times["peer tesseract-runtime (json+base64)"])
     print(f"\napply + vjp round trip, {args.size:,} float32 on loopback, "
