@@ -30,7 +30,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def server_url():
+def server_url(tmp_path_factory):
     """One real server in a subprocess, on a free loopback port, for the whole session."""
     port = _free_port()
     env = {**os.environ, "GRADPIPE_TOKEN": TOKEN, "JAX_PLATFORMS": "cpu"}
@@ -39,12 +39,14 @@ def server_url():
         "--app-dir", str(HERE), "--port", str(port), "--max-body-size", str(MAX_BODY),
         "--log-level", "warning",
     ]  # fmt: skip
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    log = open(Path(tmp_path_factory.mktemp("server")) / "server.log", "w+")
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.stderr.read()}")
+            log.seek(0)
+            raise RuntimeError(f"the server exited: {log.read()}")
         try:
             if httpx.get(f"{url}/health", timeout=1).status_code == 200:
                 break
@@ -55,11 +57,15 @@ def server_url():
             raise RuntimeError("the server did not come up in 90 s")
         time.sleep(0.2)
     yield url
+    log.seek(0)
+    errors = [line for line in log if "Traceback" in line or "Exception" in line]
     process.terminate()
     try:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         process.kill()
+    log.close()
+    assert not errors, "the server logged exceptions; see its log under pytest's tmp path"
 
 
 @pytest.fixture(scope="session")

@@ -154,3 +154,18 @@ def test_fuzzed_requests_never_give_a_server_error(server_url):
                 headers={"Content-Type": content_type},
             )
             assert response.status_code < 500, (endpoint, doc, response.text)
+
+
+def test_a_client_that_hangs_up_mid_body_does_not_hurt_the_server(server_url):
+    import socket
+    from urllib.parse import urlparse
+
+    where = urlparse(server_url)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /apply HTTP/1.1\r\nHost: x\r\nContent-Type: " + BINARY.encode()
+            + b"\r\nAuthorization: Bearer " + TOKEN.encode()
+            + b"\r\nContent-Length: 100000\r\n\r\n" + b"\x81\xa6inputs"
+        )  # fmt: skip
+    good = post(server_url, "apply", encode({"inputs": GOOD}, BINARY))
+    assert good.status_code == 200

@@ -31,7 +31,7 @@ from typing import Any
 import jax
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -153,15 +153,18 @@ class _Server:
                     f"{self.max_body_size} (--max-body-size).",
                 )
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_size:
-                raise HTTPError(
-                    413,
-                    "body_too_large",
-                    f"the body exceeds {self.max_body_size} bytes (--max-body-size).",
-                )
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > self.max_body_size:
+                    raise HTTPError(
+                        413,
+                        "body_too_large",
+                        f"the body exceeds {self.max_body_size} bytes (--max-body-size).",
+                    )
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise HTTPError(400, "client_disconnected", "the client hung up mid-body.") from None
         return b"".join(chunks)
 
     def _count(self, name: str, received: int = 0, sent: int = 0) -> None:
