@@ -8,6 +8,7 @@ from typing import Any
 
 from ._config import ConfigError, state_to_json
 from ._keys import UnkeyableError, content_key
+from ._leaves import iter_leaves
 from ._operator import Operator
 from ._tracing import refuse_tracer
 
@@ -17,14 +18,9 @@ __all__ = ["Cache"]
 def _freeze(value: Any) -> None:
     """Make NumPy arrays in a cached output read-only, so that a caller writing into
     a result gets an error instead of silently changing what later hits return."""
-    if type(value).__module__ == "numpy" and hasattr(value, "flags"):
-        value.flags.writeable = False
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            _freeze(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _freeze(item)
+    for leaf in iter_leaves(value):
+        if type(leaf).__module__ == "numpy" and hasattr(leaf, "flags"):
+            leaf.flags.writeable = False
 
 
 class Cache(Operator):

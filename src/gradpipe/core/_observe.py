@@ -17,6 +17,7 @@ from typing import Any
 
 from ._config import ConfigError
 from ._describe import describe
+from ._leaves import iter_leaves
 from ._operator import Operator
 from ._tracing import refuse_tracer
 
@@ -221,15 +222,10 @@ class Profile:
 
 
 def _block_until_ready(value: Any) -> None:
-    waiter = getattr(value, "block_until_ready", None)
-    if callable(waiter):
-        waiter()
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            _block_until_ready(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _block_until_ready(item)
+    for leaf in iter_leaves(value):
+        waiter = getattr(leaf, "block_until_ready", None)
+        if callable(waiter):
+            waiter()
 
 
 class Profiled(Operator):

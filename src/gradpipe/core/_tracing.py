@@ -8,8 +8,9 @@ when it is an instance of ``jax.core.Tracer``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import Any
+
+from ._leaves import iter_leaves
 
 __all__ = ["find_tracer", "is_tracer", "refuse_tracer"]
 
@@ -28,17 +29,6 @@ def is_tracer(value: Any) -> bool:
     return tracer is not None and isinstance(value, tracer)
 
 
-def _leaves(tree: Any) -> Iterator[Any]:
-    if isinstance(tree, (list, tuple)):
-        for item in tree:
-            yield from _leaves(item)
-    elif isinstance(tree, dict):
-        for item in tree.values():
-            yield from _leaves(item)
-    else:
-        yield tree
-
-
 def find_tracer(*args: Any, **kwargs: Any) -> Any | None:
     """The first tracer among the leaves of ``args`` and ``kwargs``, or ``None``.
 
@@ -48,7 +38,7 @@ def find_tracer(*args: Any, **kwargs: Any) -> Any | None:
     tracer = _tracer_type()
     if tracer is None:
         return None
-    for leaf in _leaves((args, kwargs)):
+    for leaf in iter_leaves((args, kwargs)):
         if isinstance(leaf, tracer):
             return leaf
     return None
