@@ -2,8 +2,8 @@
 
 An ``n x n`` float32 matmul with both inputs on disk and a memory budget (512 MiB
 by default). Each contender runs in its own subprocess (so its peak RSS is its
-own) and repeats the product; the table gives the median wall time, GFLOP/s, peak
-RSS and the ratios the issue targets.
+own), once per round, the rounds interleaving the contenders; the table gives the
+median wall time, GFLOP/s, peak RSS (VmHWM) and the ratios the issue targets.
 
     .venv/bin/python benchmarks/ooc_matmul.py                 # 8192, the recorded run
     .venv/bin/python benchmarks/ooc_matmul.py --size 2048     # a quick check
@@ -43,6 +43,15 @@ CONTENDERS = ["numpy", "gradpipe-fwd", "gradpipe-fwd+bwd", "dask", "cubed"]
 
 
 def _peak_rss_mib() -> float:
+    """This process's peak RSS. VmHWM, not ru_maxrss: ru_maxrss survives fork and exec,
+    so a worker would report its parent's peak."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -158,7 +167,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--budget-mib", type=int, default=512)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="rounds (each contender once a round)")
     p.add_argument("--contenders", nargs="+", default=CONTENDERS, choices=CONTENDERS)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
@@ -174,13 +183,24 @@ def main() -> None:
         t = time.perf_counter()
         make_inputs(d, n, args.contenders, args.budget_mib)
         print(f"inputs: 2 x {n}x{n} float32 on disk in {d} ({time.perf_counter() - t:.1f} s)")
-        print(f"budget {args.budget_mib} MiB, {args.repeats} runs each, load {os.getloadavg()}")
-        results = {}
-        for name in args.contenders:
-            results[name] = r = run_contender(name, d, n, args.budget_mib, args.repeats)
-            print(f"  {name}: {r.get('times', r.get('error'))}", flush=True)
+        print(f"budget {args.budget_mib} MiB, {args.repeats} rounds, load {os.getloadavg()}")
+        # Rounds interleave the contenders, so that load from other processes on a
+        # shared machine falls on all of them alike.
+        results: dict[str, dict] = {}
+        for i in range(args.repeats):
+            for name in args.contenders:
+                r = run_contender(name, d, n, args.budget_mib, 1)
+                acc = results.setdefault(name, {"name": name, "times": [], "peak_rss_mib": 0})
+                if "error" in r:
+                    results[name] = r
+                    continue
+                if "times" in acc:
+                    acc["times"] += r["times"]
+                    acc["peak_rss_mib"] = max(acc["peak_rss_mib"], r["peak_rss_mib"])
+                print(f"  round {i + 1} {name}: {r.get('times', r.get('error'))}", flush=True)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+    print(f"load after: {os.getloadavg()}")
     print_table(results, n, args.budget_mib)
 
 

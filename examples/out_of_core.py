@@ -118,7 +118,7 @@ def _plot(losses, outdir: pathlib.Path) -> pathlib.Path | None:
     ax.semilogy(range(1, len(losses) + 1), losses, marker="o")
     ax.set_xlabel("gradient step (out of core, jitted)")
     ax.set_ylabel("mean squared error")
-    ax.set_title(f"least squares, X {N_ROWS}x{N_FEATURES} on disk, {BUDGET}")
+    ax.set_title(f"X {N_ROWS}x{N_FEATURES} on disk, budget {BUDGET.nbytes >> 20} MiB")
     fig.tight_layout()
     path = outdir / "out_of_core_loss.png"
     fig.savefig(path, dpi=100)

@@ -126,3 +126,17 @@ def test_update_of_a_read_only_file_is_refused(A, tmp_path):
     np.testing.assert_array_equal(
         ooc.DiskArray.open(tmp_path / "a.gpa").to_numpy(), np.ones_like(A)
     )
+
+
+def test_every_hijax_touch_is_in_the_compatibility_module():
+    import pathlib
+
+    import gradpipe.ooc
+
+    root = pathlib.Path(gradpipe.ooc.__file__).parent
+    touching = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if "jax.experimental import hijax" in p.read_text() or "_src.hijax" in p.read_text()
+    )
+    assert touching == ["_hijax.py"]

@@ -33,10 +33,11 @@ from ._array import DiskArray, _is_concrete
 from ._budget import MemoryBudget
 from ._driver import Driver
 
-__all__ = ["DiskArrayType", "OocPrim", "as_input", "type_of"]
+__all__ = ["DiskArrayType", "OocBackwardPrim", "OocPrim", "bind", "scalar_type", "type_of"]
 
+# jax >= 0.11.2 names the primitive base `HiPrim`; earlier versions `VJPHiPrimitive`.
+# Both call `dce(used_outs)` (old) or `dce(used_outs, live_ins)` (new): see OocPrim.dce.
 _PrimBase: Any = getattr(_hx, "HiPrim", None) or _hx.VJPHiPrimitive
-_NEW_API = hasattr(_hx, "HiPrim")
 
 _VMAP_ERROR = (
     "gradpipe.ooc operations do not support jax.vmap: {what}. Loop in Python over the "
@@ -210,9 +211,7 @@ def as_input(x, dtype, what: str):
 
 def _in_type(x):
     t = type_of(x)
-    if t is not None:
-        return t
-    return _hx.ShapedArray((), np.dtype(x.dtype))
+    return t if t is not None else scalar_type(x.dtype)
 
 
 # ---------------------------------------------------------------- host execution
@@ -299,8 +298,13 @@ def _merge(dynamic, consts, fill):
     return out
 
 
-def _const_type(value, dtype):
+def scalar_type(dtype):
+    """The JAX type of a 0-d value of ``dtype``."""
     return _hx.ShapedArray((), np.dtype(dtype))
+
+
+def _const_type(value, dtype):
+    return scalar_type(dtype)
 
 
 def _const_value(value, dtype):

@@ -15,10 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from jax.experimental import hijax as _hx
 
 from ._budget import MemoryBudget, get_budget
-from ._hijax import DiskArrayType, bind, type_of
+from ._hijax import DiskArrayType, bind, scalar_type, type_of
 
 __all__ = ["BlockParallelOp", "CustomOp", "make_op"]
 
@@ -42,7 +41,7 @@ class _OpBase:
     def out_type(self, *in_types):
         shape = tuple(self.output_shape(*[t.shape for t in in_types]))
         dtype = np.dtype(self.output_dtype(*[t.dtype for t in in_types]))
-        return DiskArrayType(shape, dtype) if shape else _hx.ShapedArray((), dtype)
+        return DiskArrayType(shape, dtype) if shape else scalar_type(dtype)
 
 
 class BlockParallelOp(_OpBase):
