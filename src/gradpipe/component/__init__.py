@@ -12,10 +12,13 @@ details and `docs/guides/components.md` for a walk-through.
 """
 
 try:
+    import equinox  # noqa: F401
+    import jax  # noqa: F401
     import pydantic  # noqa: F401
-except ImportError as error:  # pragma: no cover
+except ImportError as error:
     raise ImportError(
-        "gradpipe.component needs pydantic: pip install 'gradpipe[component]'"
+        f"gradpipe.component needs JAX, equinox and pydantic ({error.name} is missing). "
+        f"Install the extra: pip install 'gradpipe[component]'."
     ) from error
 
 from ._component import Component

@@ -7,6 +7,16 @@
 forward-model pieces. Weights travel as safetensors blobs keyed by PyTree path.
 """
 
+try:
+    import equinox as _equinox  # noqa: F401
+    import jax as _jax  # noqa: F401
+    import safetensors as _safetensors  # noqa: F401
+except ImportError as _error:
+    raise ImportError(
+        f"gradpipe.jax needs JAX, equinox and safetensors ({_error.name} is missing). "
+        f"Install the extra: pip install 'gradpipe[jax]'."
+    ) from _error
+
 from ._control import CondBranch, CondSwitch
 from ._model import JaxModelOp
 from ._observe import DebugTap
