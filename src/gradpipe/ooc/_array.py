@@ -21,6 +21,22 @@ def _is_concrete(handle: Any) -> bool:
     )
 
 
+def _forward(name: str, *, reflected: bool = False):
+    """A method that calls ``gradpipe.ooc.ops.<name>`` (operands swapped if ``reflected``)."""
+
+    def method(self, *args, **kwargs):
+        from . import ops
+
+        op = getattr(ops, name)
+        if reflected:
+            return op(args[0], self, *args[1:], **kwargs)
+        return op(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"See `gradpipe.ooc.{name}`."
+    return method
+
+
 class DiskArray:
     """An array on disk that `gradpipe.ooc` operations read and write tile by tile.
 
@@ -212,94 +228,24 @@ class DiskArray:
 
     # -- operations (thin forwards to gradpipe.ooc.ops) --------------------------
 
-    def __matmul__(self, other):
-        from . import ops
-
-        return ops.matmul(self, other)
-
-    def __rmatmul__(self, other):
-        from . import ops
-
-        return ops.matmul(other, self)
-
-    def __add__(self, other):
-        from . import ops
-
-        return ops.add(self, other)
-
-    __radd__ = __add__
-
-    def __sub__(self, other):
-        from . import ops
-
-        return ops.subtract(self, other)
-
-    def __rsub__(self, other):
-        from . import ops
-
-        return ops.subtract(other, self)
-
-    def __mul__(self, other):
-        from . import ops
-
-        return ops.multiply(self, other)
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other):
-        from . import ops
-
-        return ops.divide(self, other)
-
-    def __rtruediv__(self, other):
-        from . import ops
-
-        return ops.divide(other, self)
-
-    def __neg__(self):
-        from . import ops
-
-        return ops.negative(self)
-
-    def __pow__(self, other):
-        from . import ops
-
-        return ops.power(self, other)
-
-    @property
-    def T(self) -> DiskArray:
-        from . import ops
-
-        return ops.transpose(self)
-
-    def __getitem__(self, index):
-        from . import ops
-
-        return ops.getitem(self, index)
-
-    def sum(self, axis=None, keepdims=False):
-        from . import ops
-
-        return ops.sum(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis=None, keepdims=False):
-        from . import ops
-
-        return ops.mean(self, axis=axis, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        from . import ops
-
-        return ops.max(self, axis=axis, keepdims=keepdims)
-
-    def update_(self, value):
-        """Write ``value`` into this array's file; returns the updated array.
-
-        See `gradpipe.ooc.update_`.
-        """
-        from . import ops
-
-        return ops.update_(self, value)
+    __matmul__ = _forward("matmul")
+    __rmatmul__ = _forward("matmul", reflected=True)
+    __add__ = _forward("add")
+    __radd__ = _forward("add", reflected=True)
+    __sub__ = _forward("subtract")
+    __rsub__ = _forward("subtract", reflected=True)
+    __mul__ = _forward("multiply")
+    __rmul__ = _forward("multiply", reflected=True)
+    __truediv__ = _forward("divide")
+    __rtruediv__ = _forward("divide", reflected=True)
+    __neg__ = _forward("negative")
+    __pow__ = _forward("power")
+    __getitem__ = _forward("getitem")
+    T = property(_forward("transpose"))
+    sum = _forward("sum")
+    mean = _forward("mean")
+    max = _forward("max")
+    update_ = _forward("update_")
 
 
 # ---------------------------------------------------------------- helpers

@@ -29,7 +29,7 @@ from jax.experimental import hijax as _hx
 from jax.experimental import io_callback
 
 from . import _handles
-from ._array import DiskArray, _is_concrete
+from ._array import DiskArray, _forward, _is_concrete
 from ._budget import MemoryBudget
 from ._driver import Driver
 
@@ -50,6 +50,18 @@ def _refuse_vmap(what: str):
 
 
 # ---------------------------------------------------------------- the type
+
+
+def _traced(name: str, *, reflected: bool = False):
+    """An aval operator method: ``aval._add(tracer, other)`` calls ``ops.add``."""
+
+    def method(self, x, *args):
+        from . import ops
+
+        op = getattr(ops, name)
+        return op(args[0], x) if reflected else op(x, *args)
+
+    return method
 
 
 class DiskArrayType(_hx.HiType):
@@ -122,54 +134,26 @@ class DiskArrayType(_hx.HiType):
         _refuse_vmap("DiskArrays cannot be scanned over")
 
     # operators on traced DiskArrays: jax calls `aval._add(tracer, other)`
-    def _matmul(self, x, other):
-        return _op("matmul")(x, other)
-
-    def _rmatmul(self, x, other):
-        return _op("matmul")(other, x)
-
-    def _add(self, x, other):
-        return _op("add")(x, other)
-
-    def _radd(self, x, other):
-        return _op("add")(other, x)
-
-    def _sub(self, x, other):
-        return _op("subtract")(x, other)
-
-    def _rsub(self, x, other):
-        return _op("subtract")(other, x)
-
-    def _mul(self, x, other):
-        return _op("multiply")(x, other)
-
-    def _rmul(self, x, other):
-        return _op("multiply")(other, x)
-
-    def _truediv(self, x, other):
-        return _op("divide")(x, other)
-
-    def _rtruediv(self, x, other):
-        return _op("divide")(other, x)
-
-    def _neg(self, x):
-        return _op("negative")(x)
-
-    def _pow(self, x, other):
-        return _op("power")(x, other)
-
-    def _getitem(self, x, idx):
-        return _op("getitem")(x, idx)
-
+    _matmul = _traced("matmul")
+    _rmatmul = _traced("matmul", reflected=True)
+    _add = _traced("add")
+    _radd = _traced("add", reflected=True)
+    _sub = _traced("subtract")
+    _rsub = _traced("subtract", reflected=True)
+    _mul = _traced("multiply")
+    _rmul = _traced("multiply", reflected=True)
+    _truediv = _traced("divide")
+    _rtruediv = _traced("divide", reflected=True)
+    _neg = _traced("negative")
+    _pow = _traced("power")
+    _getitem = _traced("getitem")
     to_numpy = _hx.aval_method(lambda self, *a, **k: _refuse_read("to_numpy()"))
     save = _hx.aval_method(lambda self, *a, **k: _refuse_read("save()"))
-    T = _hx.aval_property(lambda self: _op("transpose")(self))
-    update_ = _hx.aval_method(lambda self, value: _op("update_")(self, value))
-    sum = _hx.aval_method(lambda self, axis=None, keepdims=False: _op("sum")(self, axis, keepdims))
-    mean = _hx.aval_method(
-        lambda self, axis=None, keepdims=False: _op("mean")(self, axis, keepdims)
-    )
-    max = _hx.aval_method(lambda self, axis=None, keepdims=False: _op("max")(self, axis, keepdims))
+    T = _hx.aval_property(_forward("transpose"))
+    update_ = _hx.aval_method(_forward("update_"))
+    sum = _hx.aval_method(_forward("sum"))
+    mean = _hx.aval_method(_forward("mean"))
+    max = _hx.aval_method(_forward("max"))
 
 
 def _refuse_read(what: str):
@@ -177,12 +161,6 @@ def _refuse_read(what: str):
         f"DiskArray.{what} needs the data, but this DiskArray is being traced by JAX "
         "(inside jax.jit/grad). Return it from the traced function and use it outside."
     )
-
-
-def _op(name: str):
-    from . import ops
-
-    return getattr(ops, name)
 
 
 _hx.register_hitype(DiskArray, lambda x: DiskArrayType(x.shape, x.dtype))
