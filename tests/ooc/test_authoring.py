@@ -115,3 +115,22 @@ def test_progress_bar_is_off_by_default_and_can_be_turned_on(rng, tiny_budget, c
     finally:
         ooc.set_progress(False)
     assert "tile" in capsys.readouterr().err
+
+
+def test_next_tiles_are_read_on_a_background_thread(rng, tiny_budget, monkeypatch):
+    import threading
+
+    from gradpipe.ooc import _storage
+
+    x = ooc.DiskArray.from_numpy(rng.standard_normal((64, 64)).astype(np.float32))
+    readers = []
+    real = _storage.PagedFile.read
+
+    def spy(self, region=None):
+        readers.append(threading.current_thread().name)
+        return real(self, region)
+
+    monkeypatch.setattr(_storage.PagedFile, "read", spy)
+    ooc.matmul(x, x)
+    assert len(readers) > 2
+    assert all(name.startswith("gradpipe-ooc-read") for name in readers)

@@ -164,3 +164,9 @@ def test_zarr_and_memmap_round_trips(rng, tmp_path):
     np.testing.assert_array_equal(z[:], X)
     b = ooc.from_zarr(str(tmp_path / "x.zarr"))
     np.testing.assert_array_equal(b.to_numpy(), X)
+
+
+def test_zarr_missing_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "zarr", None)
+    with pytest.raises(ImportError, match=r"gradpipe\[zarr\]"):
+        ooc.from_zarr("nowhere.zarr")
