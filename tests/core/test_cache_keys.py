@@ -38,6 +38,12 @@ class Counting(Operator):
         ("1", 1),
         (b"x", "x"),
         (None, 0),
+        (np.array(1.0), np.array([1.0])),
+        (np.array(7, np.int64), np.array([[7]], np.int64)),
+        (
+            np.zeros(2, [("a", "<f8"), ("b", "<i8")]),
+            np.zeros(2, [("b", "<i8"), ("a", "<f8")]),
+        ),
     ],
 )
 def test_distinct_contents_have_distinct_keys(a, b):
@@ -63,6 +69,12 @@ def test_unkeyable_values_are_refused():
     cache = Cache(Counting())
     with pytest.raises(TypeError, match="Cache cannot key"):
         cache({1, 2})
+
+
+def test_cache_tells_a_0d_array_from_a_one_element_array():
+    cache = Cache(Lambda(lambda x: x.shape))
+    assert cache(np.array(1.0)) == ()
+    assert cache(np.array([1.0])) == (1,)
 
 
 def test_cache_hits_and_misses_on_whole_input():

@@ -5,8 +5,10 @@ rule prevents:
 
 - Arrays are keyed by dtype, shape and a sha256 of their bytes. Keying by ``repr``
   truncates large arrays (two arrays differing in the middle collide), and keying
-  by bytes alone confuses ``int64[4]`` with ``int64[2, 2]`` or ``float32`` with
-  ``int32`` holding the same bits.
+  by bytes alone confuses ``int64[4]`` with ``int64[2, 2]`` (or a 0-d array with
+  a one-element one) or ``float32`` with ``int32`` holding the same bits. The dtype
+  is keyed by its full description, not only ``dtype.str``, which reads ``|V16``
+  for every 16-byte structured dtype whatever its fields.
 - Scalars carry their type: ``1 == 1.0 == True`` in Python, and ``hash(-1) ==
   hash(-2)`` in CPython, so neither equality nor a bare hash is enough. Floats are
   keyed by their exact bits (``float.hex``), so ``-0.0`` differs from ``0.0`` and a
@@ -41,10 +43,11 @@ def _array_key(value: Any) -> tuple:
         raise UnkeyableError(
             "An object-dtype array has no content key; convert it to a numeric dtype."
         )
+    shape = array.shape  # before np.ascontiguousarray, which makes a 0-d array 1-d
     array = np.ascontiguousarray(array)
     digest = hashlib.sha256(array.view(np.uint8).reshape(-1)).digest() if array.size else b""
     kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    return ("array", kind, array.dtype.str, array.shape, digest)
+    return ("array", kind, array.dtype.str, str(array.dtype), shape, digest)
 
 
 def content_key(value: Any) -> tuple:
