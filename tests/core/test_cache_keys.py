@@ -121,6 +121,34 @@ def test_cached_arrays_are_read_only():
     np.testing.assert_array_equal(cache(np.arange(3.0)), [0.0, 2.0, 4.0])
 
 
+def test_cache_accepts_numpy_scalar_outputs():
+    cache = Cache(Lambda(lambda x: x.sum()))
+    assert cache(np.arange(3.0)) == 3.0
+    assert cache(np.arange(3.0)) == 3.0
+    assert cache.info()["hits"] == 1
+
+
+def test_writing_into_the_input_does_not_change_later_hits():
+    cache = Cache(Lambda(lambda x: x[1:]))
+    x = np.array([1.0, 2.0, 3.0])
+    cache(x)
+    x[1] = 99.0  # the inner output was a view of x
+    np.testing.assert_array_equal(cache(np.array([1.0, 2.0, 3.0])), [2.0, 3.0])
+    identity = Cache(Lambda(lambda x: x))
+    y = np.zeros(2)
+    identity(y)
+    y[0] = 1.0  # the caller's own array stays writeable
+    np.testing.assert_array_equal(identity(np.zeros(2)), [0.0, 0.0])
+
+
+def test_mutating_a_returned_container_does_not_change_later_hits():
+    cache = Cache(Lambda(lambda x: {"parts": [x, 2 * x]}))
+    first = cache(1.0)
+    first["parts"].append(3.0)
+    first["extra"] = 0
+    assert cache(1.0) == {"parts": [1.0, 2.0]}
+
+
 def test_cache_is_thread_safe():
     cache = Cache(Lambda(lambda x: x * 2), maxsize=8)
     errors = []

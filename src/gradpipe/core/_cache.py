@@ -2,25 +2,52 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
+
 from ._config import ConfigError, state_to_json
 from ._keys import UnkeyableError, content_key
-from ._leaves import iter_leaves
 from ._operator import Operator
 from ._tracing import refuse_tracer
 
 __all__ = ["Cache"]
 
 
-def _freeze(value: Any) -> None:
-    """Make NumPy arrays in a cached output read-only, so that a caller writing into
-    a result gets an error instead of silently changing what later hits return."""
-    for leaf in iter_leaves(value):
-        if type(leaf).__module__ == "numpy" and hasattr(leaf, "flags"):
-            leaf.flags.writeable = False
+def _detach(value: Any, *, copy_arrays: bool) -> Any:
+    """``value`` with fresh tuples, lists and dicts and, with ``copy_arrays``, each
+    NumPy array replaced by a read-only copy.
+
+    The cache stores a detached copy of the inner output and hands out fresh
+    containers around it, so that nothing a caller does changes what later hits
+    return: an output sharing memory with the input (``x[1:]``, or ``x`` itself)
+    would otherwise change when the caller writes into the input, and a returned list
+    or dict would change when the caller appends to it. Writing into a returned array
+    raises instead.
+    """
+    if isinstance(value, np.ndarray):
+        if not copy_arrays:
+            return value
+        value = value.copy()
+        value.flags.writeable = False
+        return value
+    if isinstance(value, dict):
+        out = copy.copy(value)
+        for k, v in value.items():
+            out[k] = _detach(v, copy_arrays=copy_arrays)
+        return out
+    if isinstance(value, list):
+        out = copy.copy(value)
+        out[:] = [_detach(v, copy_arrays=copy_arrays) for v in value]
+        return out
+    if type(value) is tuple:
+        return tuple(_detach(v, copy_arrays=copy_arrays) for v in value)
+    if isinstance(value, tuple) and hasattr(value, "_make"):  # a namedtuple
+        return value._make(_detach(v, copy_arrays=copy_arrays) for v in value)
+    return value
 
 
 class Cache(Operator):
@@ -31,7 +58,10 @@ class Cache(Operator):
     bytes; scalars with their type; dict keys and structure; see `content_key`)
     together with the inner operator's configuration. The cache is bounded (least
     recently used entries are dropped first), thread-safe, and counts hits and
-    misses. NumPy arrays in a cached output are made read-only.
+    misses. It keeps its own read-only copy of the NumPy arrays in an output and
+    returns fresh tuples, lists and dicts on every call, so writing into an input or
+    appending to a result never changes what a later hit returns; writing into a
+    returned array raises.
 
     Under ``jax.jit``/``vmap``/``grad`` it raises `TypeError`: a tracer has no value
     to key. JAX's compilation cache already reuses the compiled function; apply
@@ -79,16 +109,15 @@ class Cache(Operator):
             if key in self._entries:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return self._entries[key]
+                return _detach(self._entries[key], copy_arrays=False)
             self.misses += 1
-        value = self.inner(*args, **kwargs)
-        _freeze(value)
+        value = _detach(self.inner(*args, **kwargs), copy_arrays=True)
         with self._lock:
             self._entries[key] = value
             self._entries.move_to_end(key)
             while len(self._entries) > self.maxsize:
                 self._entries.popitem(last=False)
-        return value
+        return _detach(value, copy_arrays=False)
 
     def __len__(self) -> int:
         return len(self._entries)
