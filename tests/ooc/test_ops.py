@@ -19,6 +19,10 @@ def disk(x):
     return ooc.DiskArray.from_numpy(np.asarray(x))
 
 
+def mem(x):
+    return x.to_numpy(force=True)
+
+
 def grads_of(f_ooc, f_jnp, arrays, dtype):
     """Gradients of scalar functions through ooc (DiskArrays) and jax (in memory)."""
     argnums = tuple(range(len(arrays)))
@@ -291,3 +295,13 @@ def test_unsupported_indices_are_refused():
         x[np.array([0, 1])]
     with pytest.raises(IndexError, match="out of bounds"):
         x[9]
+
+
+def test_empty_arrays(tiny_budget):
+    x = disk(np.zeros((0, 5), np.float32))
+    y = disk(np.ones((5, 3), np.float32))
+    assert ooc.exp(x).shape == (0, 5)
+    assert float(ooc.sum(x)) == 0.0
+    np.testing.assert_array_equal(mem(ooc.sum(x, axis=0)), np.zeros(5))
+    assert (x @ y).shape == (0, 3)
+    assert jax.grad(lambda x: ooc.sum(x @ y))(x).shape == (0, 5)

@@ -36,7 +36,7 @@ def set_progress(enabled: bool) -> None:
 
 
 def _regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
-    ranges = [range(0, max(n, 1), t) if n else range(0, 1) for n, t in zip(shape, tile)]
+    ranges = [range(0, max(n, 1), max(t, 1)) for n, t in zip(shape, tile)]
     for starts in itertools.product(*ranges):
         yield tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
 
@@ -123,7 +123,7 @@ class Driver:
         loop = out_shape + red_shape
         what = f"{self.name} ({phase}, {len(inputs)} inputs)"
         tile = plan_tiles(loop, bytes_for, self.budget, what=what, cost_for=cost_for)
-        return out_shape, red_shape, tile
+        return out_shape, red_shape, tuple(max(t, 1) for t in tile)  # empty axes: one step
 
     def _steps(self, op, shapes, out_shape, red_shape, tile):
         n_out = len(out_shape)
