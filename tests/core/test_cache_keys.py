@@ -113,6 +113,21 @@ def test_cache_keys_on_inner_config():
     assert first[2] == 1.0 and second[2] == 2.0
 
 
+def test_cache_keys_on_the_order_of_inner_config_dicts():
+    class Ordered(Operator):
+        def __init__(self, weights: dict):
+            self.weights = weights
+
+        def _apply(self, x):
+            return [w * x for w in self.weights.values()]
+
+    inner = Ordered({"b": 1.0, "a": 2.0})
+    cache = Cache(inner)
+    assert cache(1.0) == [1.0, 2.0]
+    inner.weights = {"a": 2.0, "b": 1.0}
+    assert cache(1.0) == [2.0, 1.0]
+
+
 def test_cached_arrays_are_read_only():
     cache = Cache(Lambda(lambda x: x * 2))
     out = cache(np.arange(3.0))

@@ -28,6 +28,23 @@ def test_store_and_load_round_trip(tmp_path):
     assert reg.load_weights(ref) == b"\x00\x01weights"
 
 
+class Ordered(Operator):
+    def __init__(self, weights: dict):
+        self.weights = weights
+
+    def _apply(self, x):
+        return [w * x for w in self.weights.values()]
+
+
+def test_round_trip_keeps_the_order_of_config_dicts(tmp_path):
+    reg = Registry(tmp_path / "reg")
+    op = Ordered({"b": 1.0, "a": 2.0})
+    back = reg.load(reg.store(op))
+    assert list(back.weights) == ["b", "a"]
+    assert back(1.0) == op(1.0) == [1.0, 2.0]
+    assert reg.store(Ordered({"a": 2.0, "b": 1.0})) != reg.store(op)
+
+
 def test_address_depends_on_config_and_weights(tmp_path):
     reg = Registry(tmp_path)
     a = reg.store(Scale(1.0), weights=b"a")

@@ -87,7 +87,8 @@ class Cache(Operator):
 
     def _inner_key(self) -> tuple:
         try:
-            return ("config", state_to_json(self.inner.state, sort_keys=True))
+            # Unsorted: an operator may read a configuration dict in order.
+            return ("config", state_to_json(self.inner.state))
         except ConfigError:
             # An unsaveable inner operator (a Lambda) is keyed by identity; the
             # cache holds a reference to it, so the identity cannot be reused.

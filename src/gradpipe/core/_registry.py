@@ -2,14 +2,16 @@
 
 Layout under the root directory::
 
-    objects/<sha256>/config.json   the operator's state, canonical JSON
+    objects/<sha256>/config.json   the operator's state as JSON, keys in their order
     objects/<sha256>/weights.bin   the weights blob (possibly empty)
     tags/<tag>                     the sha256 a tag points to
 
 The address is the sha256 of the config JSON and the weights bytes, each prefixed
 by its length so that no two (config, weights) pairs share an input. It is checked
 again on every load, so a file changed on disk is an error rather than a model that
-quietly differs from the one that was stored. Nothing is ever unpickled.
+quietly differs from the one that was stored. Nothing is ever unpickled. Dict keys
+keep their order (they are not sorted): an operator may read a configuration dict
+in order, and a reloaded one must do what the stored one did.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class Registry:
             raise TypeError(f"weights must be bytes, got {type(weights).__name__}.")
         for tag in tags:
             _check_name("Tag", tag)
-        config_json = state_to_json(op.state, sort_keys=True).encode()
+        config_json = state_to_json(op.state).encode()
         weights = bytes(weights)
         ref = content_address(config_json, weights)
         target = self.root / "objects" / ref
