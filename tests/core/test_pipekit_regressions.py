@@ -3,6 +3,8 @@
 ARCHITECTURE.md ("Where the anchors stand", pipelines) lists them.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,6 +48,28 @@ def test_observers_refuse_to_run_at_trace_time_and_leak_no_tracer(name):
     }[name]
     with pytest.raises(TypeError, match=name):
         jax.jit(op)(jnp.ones(3))
+    assert snap.captures == {} and sink.items == [] and seen == [] and prof.stats == {}
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class State:
+    value: jax.Array
+
+
+@pytest.mark.parametrize("name", ["Snapshot", "Tap", "Sink", "Profile", "Branch", "Cache"])
+def test_tracers_inside_a_registered_pytree_are_refused(name):
+    snap, sink, prof, seen = gp.Snapshot(), gp.Sink(), gp.Profile(), []
+    op = {
+        "Snapshot": snap.at("z"),
+        "Tap": gp.Tap(seen.append),
+        "Sink": sink,
+        "Profile": prof.wrap(gp.Identity()),
+        "Branch": gp.Branch(lambda s: True, gp.Identity(), gp.Identity()),
+        "Cache": Cache(gp.Identity()),
+    }[name]
+    with pytest.raises(TypeError, match=rf"{name} cannot"):
+        jax.jit(lambda s: op(s).value * 2)(State(jnp.ones(3)))
     assert snap.captures == {} and sink.items == [] and seen == [] and prof.stats == {}
 
 

@@ -2,7 +2,10 @@
 
 `gradpipe.core` never imports JAX. When JAX has not been imported by anyone, nothing
 can be traced, so there is nothing to check; when it has, a leaf is a tracer exactly
-when it is an instance of ``jax.core.Tracer``.
+when it is an instance of ``jax.core.Tracer``. Tracers are looked for inside every
+registered PyTree too (a dataclass or ``eqx.Module`` of arrays), not only inside
+tuples, lists and dicts: a state object holding tracers would otherwise slip past
+the guards, and an observer would store a tracer.
 """
 
 from __future__ import annotations
@@ -29,18 +32,27 @@ def is_tracer(value: Any) -> bool:
     return tracer is not None and isinstance(value, tracer)
 
 
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
 def find_tracer(*args: Any, **kwargs: Any) -> Any | None:
     """The first tracer among the leaves of ``args`` and ``kwargs``, or ``None``.
 
     Leaves are found through tuples, lists and dicts, the containers a pipeline passes
-    between steps.
+    between steps, and through any other PyTree registered with JAX.
     """
     tracer = _tracer_type()
     if tracer is None:
         return None
+    tree_leaves = getattr(getattr(sys.modules["jax"], "tree_util", None), "tree_leaves", None)
     for leaf in iter_leaves((args, kwargs)):
         if isinstance(leaf, tracer):
             return leaf
+        if tree_leaves is None or isinstance(leaf, _PLAIN) or hasattr(type(leaf), "__array__"):
+            continue
+        for inner in tree_leaves(leaf):
+            if isinstance(inner, tracer):
+                return inner
     return None
 
 
