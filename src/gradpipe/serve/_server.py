@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
@@ -12,12 +13,43 @@ from ._app import DEFAULT_MAX_BODY_SIZE, create_app
 from ._client import TOKEN_ENV
 from ._handles import HandleStore
 
-__all__ = ["TOKEN_ENV", "app_from_env", "load_component", "serve"]
+__all__ = ["TOKEN_ENV", "app_from_env", "load_component", "serve", "tune_malloc"]
 
 _TARGET_ENV = "GRADPIPE_SERVE_TARGET"
 _MAX_BODY_ENV = "GRADPIPE_SERVE_MAX_BODY_SIZE"
 _APP_DIR_ENV = "GRADPIPE_SERVE_APP_DIR"
 _HANDLES_ENV = "GRADPIPE_SERVE_HANDLES"
+_MALLOC_ENV = "GRADPIPE_SERVE_MALLOC"
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def tune_malloc() -> bool:
+    """Keep freed multi-megabyte blocks in this process for reuse (glibc only).
+
+    By default glibc hands every block above a (dynamic) threshold to ``mmap`` and
+    gives it back on ``free``, so each request's fresh body, response and XLA output
+    buffers start as untouched pages: one page fault per 4 KiB, about as costly as
+    4 MB of copying several times over (~4 ms per 4 MB measured on the benchmark VM,
+    against ~0.1 ms to rewrite warm memory). Blocks below 32 MiB then come from the
+    heap and at most 256 MiB of free heap is kept. Only the server process is tuned,
+    never a process that merely imports gradpipe; set ``GRADPIPE_SERVE_MALLOC=0``, or
+    glibc's own ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``, to opt out or
+    choose other values. **Returns** whether anything was changed.
+    """
+    if not sys.platform.startswith("linux") or os.environ.get(_MALLOC_ENV, "1") == "0":
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc
+        return False
+    changed = False
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        changed |= bool(mallopt(_M_MMAP_THRESHOLD, 32 * 2**20))
+    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+        changed |= bool(mallopt(_M_TRIM_THRESHOLD, 256 * 2**20))
+    return changed
 
 
 def load_component(target: str, app_dir: str | None = ".") -> Any:
@@ -54,6 +86,7 @@ def load_component(target: str, app_dir: str | None = ".") -> Any:
 
 def app_from_env():
     """The app described by environment variables; the factory each worker calls."""
+    tune_malloc()
     component = load_component(os.environ[_TARGET_ENV], os.environ.get(_APP_DIR_ENV))
     return create_app(
         component,
@@ -94,6 +127,8 @@ def serve(
     - `app_dir`: directory put first on ``sys.path`` to import ``target``.
     - `max_handles`, `max_handle_bytes`, `handle_ttl`: the bounds of the residual
       store of each worker (see `HandleStore`).
+
+    Each server process tunes glibc's allocator first (`tune_malloc`).
     """
     import uvicorn
 
@@ -103,6 +138,7 @@ def serve(
     limits = (max_handles, max_handle_bytes, handle_ttl)
     store = _handle_store(*limits)  # checks the limits before any worker starts
     if workers == 1:
+        tune_malloc()
         component = load_component(target, app_dir)
         app = create_app(component, token=token, max_body_size=max_body_size, handles=store)
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
