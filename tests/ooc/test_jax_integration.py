@@ -82,6 +82,8 @@ def test_vmap_is_refused_clearly(A):
     a = disk(A)
     with pytest.raises(TypeError, match=r"do not support jax\.vmap"):
         jax.vmap(lambda s: ooc.sum(a * s))(jnp.arange(3.0))
+    with pytest.raises(TypeError, match=r"do not support jax\.vmap"):
+        jax.vmap(lambda x: ooc.sum(x))(a)
 
 
 def test_second_order_is_refused_clearly(A):

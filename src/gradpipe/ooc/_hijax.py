@@ -10,9 +10,8 @@ range (``VJPHiPrimitive`` up to 0.11.1, ``HiPrim`` from 0.11.2) and changed the
   with a float marker in place of the array would add the markers instead and
   return a wrong gradient; that is why this is a hijax type.)
 - `OocPrim`, the primitive of one out-of-core operation, and `OocBackwardPrim`,
-  the primitive of its backward pass. Both run as host callbacks (`io_callback`,
-  ordered so that in-place updates happen in program order) under tracing, and
-  directly in eager calls.
+  the primitive of its backward pass. Both expand to host code (`_host`): an
+  ordered `io_callback` under tracing, a direct call in eager mode.
 
 vmap and forward-mode differentiation are refused with a `TypeError`; so is
 differentiating a backward pass (second order).
@@ -26,12 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import hijax as _hx
-from jax.experimental import io_callback
 
 from . import _handles
 from ._array import DiskArray, _forward, _is_concrete
 from ._budget import MemoryBudget
 from ._driver import Driver
+from ._host import run_on_host
 
 __all__ = ["DiskArrayType", "OocBackwardPrim", "OocPrim", "bind", "scalar_type", "type_of"]
 
@@ -73,6 +72,7 @@ class DiskArrayType(_hx.HiType):
 
     ndim = property(lambda self: len(self.shape))
     weak_type = False
+    is_disk_array = True  # how `_host` tells it from a 0-d ShapedArray
 
     def __hash__(self):
         return hash((DiskArrayType, self.shape, self.dtype))
@@ -192,62 +192,6 @@ def _in_type(x):
     return t if t is not None else scalar_type(x.dtype)
 
 
-# ---------------------------------------------------------------- host execution
-
-
-def _lower(x):
-    return x._handle if type_of(x) is not None and isinstance(x, DiskArray) else x
-
-
-def _resolve(t, v):
-    if isinstance(t, DiskArrayType):
-        return _handles.lookup(int(v), t.shape, t.dtype)
-    return np.asarray(v, t.dtype)
-
-
-def _export(t, value) -> np.ndarray:
-    if value is None:  # a gradient nobody asked for
-        return (
-            np.int32(_handles.ZERO_HANDLE)
-            if isinstance(t, DiskArrayType)
-            else np.zeros((), t.dtype)
-        )
-    if isinstance(t, DiskArrayType):
-        if isinstance(value, _handles.ZeroFile):
-            return np.int32(_handles.ZERO_HANDLE)
-        return np.int32(_handles.register(value, unclaimed=True))
-    return np.asarray(value, t.dtype)
-
-
-def _wrap_out(t, lo):
-    if isinstance(t, DiskArrayType):
-        return DiskArray._from_handle(lo, t.shape, t.dtype)
-    return lo if isinstance(lo, jax.core.Tracer) else jnp.asarray(lo)
-
-
-def _run_on_host(host_fn, in_types, out_types, args):
-    """Call ``host_fn`` on files and scalars: directly when concrete, else via io_callback."""
-    lo = [_lower(a) for a in args]
-
-    def on_host(*vals):
-        with _handles.callback_running():
-            outs = host_fn(*[_resolve(t, v) for t, v in zip(in_types, vals)])
-            return tuple(_export(t, o) for t, o in zip(out_types, outs))
-
-    if all(
-        _is_concrete(v) or (isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer))
-        for v in lo
-    ):
-        outs = on_host(*[np.asarray(v) for v in lo])
-    else:
-        specs = tuple(
-            jax.ShapeDtypeStruct((), jnp.int32 if isinstance(t, DiskArrayType) else t.dtype)
-            for t in out_types
-        )
-        outs = io_callback(on_host, specs, *lo, ordered=True)
-    return [_wrap_out(t, o) for t, o in zip(out_types, outs)]
-
-
 # ---------------------------------------------------------------- primitives
 
 
@@ -310,7 +254,7 @@ class OocPrim(_Refusals, _PrimBase):
         def host(*vals):
             return (op.forward(Driver(budget, op.name), *_merge(vals, consts, _const_value)),)
 
-        (out,) = _run_on_host(host, self.in_avals, (self.out_aval,), args)
+        (out,) = run_on_host(host, self.in_avals, (self.out_aval,), args)
         return out
 
     def vjp_fwd(self, nzs_in, *args):
@@ -366,7 +310,7 @@ class OocBackwardPrim(_Refusals, _PrimBase):
             grads = op.backward(Driver(budget, op.name), inputs, vals[n], vals[n + 1], wants)
             return [gr for pos, gr in enumerate(grads) if pos not in const_pos]
 
-        return tuple(_run_on_host(host, self.in_avals, self.out_aval, args))
+        return tuple(run_on_host(host, self.in_avals, self.out_aval, args))
 
     def vjp_fwd(self, nzs_in, *args):
         _refuse_second_order(self.op)
