@@ -348,3 +348,34 @@ def test_output_mismatch_is_a_clear_error():
             note: str
 
         Component(lambda d: d, inputs=Vec, outputs=Bad)
+
+
+class Wide(pydantic.BaseModel):
+    n: Array[np.int64, ()]
+    x: Differentiable[Array[np.float64, (2,)]]
+
+
+class WideOut(pydantic.BaseModel):
+    y: Differentiable[Array[np.float64, (2,)]]
+
+
+class NarrowIn(pydantic.BaseModel):
+    x: Differentiable[Array[np.float32, (2,)]]
+
+
+def test_64_bit_dtypes_are_refused_while_jax_x64_is_off():
+    comp = Component(lambda d: {"y": d["x"] * d["n"]}, inputs=Wide, outputs=WideOut)
+    inputs = {"n": 2**31 + 5, "x": [1.0, 1.0 + 1e-12]}
+    with jax.enable_x64(False):
+        # int64 would wrap to a negative int32 and float64 lose its last digits
+        with pytest.raises(ComponentInputError, match=r"'n'.*int64.*jax_enable_x64"):
+            comp.apply(inputs)
+        with pytest.raises(ComponentInputError, match=r"'n'.*int64.*jax_enable_x64"):
+            comp.abstract_eval({"n": {"shape": [], "dtype": "int64"}, "x": [1.0, 2.0]})
+        widen = Component(lambda d: {"y": d["x"]}, inputs=NarrowIn, outputs=WideOut)
+        with pytest.raises(TypeError, match=r"'y'.*float64.*jax_enable_x64"):
+            widen.apply({"x": [1.0, 2.0]})
+    with jax.enable_x64(True):
+        y = comp.apply(inputs)["y"]
+        assert y.dtype == np.float64
+        np.testing.assert_array_equal(y, [2**31 + 5, (2**31 + 5) * (1.0 + 1e-12)])

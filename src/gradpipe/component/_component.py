@@ -63,6 +63,9 @@ class Component:
     - `fn`: a JAX-traceable callable (see above).
     - `inputs`, `outputs`: pydantic models built from `Array`, `Differentiable`,
       nested models, lists and dicts of them, and plain static fields (inputs only).
+      A 64-bit array field (float64, int64, ...) needs JAX's 64-bit types on when
+      the component is called; with them off a call is refused rather than computed
+      in 32 bits.
     - `residual_cache`: ``True`` (default limits), ``False``, or a `CacheLimits`.
 
     ```python

@@ -31,6 +31,7 @@ __all__ = [
     "rebuild",
     "to_device",
     "validation_error",
+    "x64_problem",
 ]
 
 
@@ -75,6 +76,9 @@ def flatten_inputs(
         if isinstance(node, ArrayNode):
             if value is None:
                 raise ComponentInputError(path, f"Input {path!r} is required, got None.")
+            problem = x64_problem(node.spec.dtype)
+            if problem:
+                raise ComponentInputError(path, f"Input {path!r}: {problem}.")
             if abstract:
                 array = _abstract_array(node, value, path)
             else:
@@ -125,6 +129,24 @@ def flatten_inputs(
 
     structure = walk(node, value, "")
     return FlatInputs(structure, tuple(arrays), tuple(paths), tuple(nodes))
+
+
+def x64_problem(dtype: np.dtype) -> str | None:
+    """Why JAX cannot hold arrays of ``dtype`` now, or ``None`` when it can.
+
+    With JAX's 64-bit types off (its default), a float64 or int64 array silently
+    becomes float32 or int32: a component declaring one would compute with less
+    precision, or with wrapped integers, and report nothing.
+    """
+    canonical = jax.dtypes.canonicalize_dtype(dtype)
+    if canonical == dtype:
+        return None
+    return (
+        f"it is declared {np.dtype(dtype).name}, but JAX's 64-bit types are off, so "
+        f"JAX would silently turn it into {np.dtype(canonical).name}. Turn them on "
+        f"with jax.config.update('jax_enable_x64', True) (or call inside "
+        f"`with jax.enable_x64(True):`), or declare {np.dtype(canonical).name}"
+    )
 
 
 def to_device(value: Any, dtype: np.dtype, private: bool = True) -> jax.Array:
@@ -217,6 +239,9 @@ def flatten_outputs(
         if isinstance(node, ArrayNode):
             if not hasattr(value, "shape") or not hasattr(value, "dtype"):
                 raise TypeError(f"{where} must be an array, got {type(value).__name__}.")
+            problem = x64_problem(node.spec.dtype)
+            if problem:
+                raise TypeError(f"{where}: {problem}.")
             if np.dtype(value.dtype) != node.spec.dtype:
                 raise TypeError(
                     f"{where} has dtype {value.dtype}, but the output model declares "
