@@ -14,6 +14,7 @@ from test_pytree import Affine, Combine, Invert
 import gradpipe as gp
 from gradpipe.jax import (
     JaxModelOp,
+    JaxOperator,
     JaxSequential,
     WeightsError,
     from_registry,
@@ -162,3 +163,27 @@ def test_any_tree_of_arrays_round_trips_exactly(specs, seed):
     for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(tree)):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
+
+
+class Rate(JaxOperator):
+    rate: jax.Array
+
+    def _apply(self, x):
+        return self.rate * x
+
+
+def test_weakly_typed_arrays_stay_weak_through_weights_and_registry(tmp_path):
+    op = Rate(jnp.asarray(0.25))  # weakly typed: takes the dtype of what it meets
+    x = jnp.ones(3, jnp.float16)
+    assert op(x).dtype == jnp.float16
+    blob = op.serialize_weights()
+    assert op.with_weights(blob)(x).dtype == jnp.float16
+    reg = gp.Registry(tmp_path / "reg")
+    back = from_registry(reg, reg.store(op, weights=blob))
+    assert back(x).dtype == jnp.float16
+    np.testing.assert_array_equal(back(x), op(x))
+    strong = Rate(jnp.asarray(0.25, jnp.float32))
+    assert strong.state["config"]["rate"] == {"shape": [], "dtype": "float32"}
+    assert from_registry(reg, reg.store(strong, weights=strong.serialize_weights()))(x).dtype == (
+        jnp.float32
+    )

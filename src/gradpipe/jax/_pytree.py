@@ -64,7 +64,8 @@ class JaxOperator(Operator, eqx.Module):
     traced and under ``eqx.filter_jit`` it would recompile for every new value.
 
     Configuration and weights are separate. `get_config` (and so `state`, JSON and
-    the registry) records each array field as ``{"shape", "dtype"}`` only; the
+    the registry) records each array field as ``{"shape", "dtype"}`` only (plus
+    ``"weak_type": true`` for a weakly typed one such as ``jnp.asarray(0.5)``); the
     values travel as a blob from `serialize_weights` and come back with
     `with_weights`. An operator rebuilt from its state holds NaN placeholders until
     its weights are loaded.

@@ -1,7 +1,10 @@
 """Weights: the array values of an operator, kept out of its configuration.
 
 A configuration is JSON, and JSON has no exact form for an array. So the
-configuration of a JAX operator records each array only as ``{"shape", "dtype"}``,
+configuration of a JAX operator records each array only as ``{"shape", "dtype"}``
+(plus ``"weak_type": true`` for a weakly typed array such as ``jnp.asarray(0.25)``:
+it takes the dtype of what it multiplies, so a reloaded strong copy would turn a
+float16 pipeline's output into float32),
 and the values travel separately as a *weights blob*: a safetensors file whose
 tensors are named by their PyTree path (``.operators[0].log_k``). Nothing is
 pickled, so a blob from an untrusted registry can be read safely.
@@ -46,15 +49,20 @@ class WeightsError(ValueError):
 
 
 def array_spec(value: Any) -> dict[str, Any]:
-    """``{"shape": [...], "dtype": "..."}``: what a configuration records of an array."""
-    return {"shape": [int(d) for d in value.shape], "dtype": str(value.dtype)}
+    """``{"shape": [...], "dtype": "..."}``: what a configuration records of an array,
+    with ``"weak_type": True`` added for a weakly typed JAX array."""
+    spec = {"shape": [int(d) for d in value.shape], "dtype": str(value.dtype)}
+    if getattr(value, "weak_type", False):
+        spec["weak_type"] = True
+    return spec
 
 
 def is_array_spec(value: Any) -> bool:
     """Whether ``value`` is a dict written by `array_spec`."""
     return (
         type(value) is dict
-        and set(value) == {"shape", "dtype"}
+        and set(value) - {"weak_type"} == {"shape", "dtype"}
+        and value.get("weak_type", True) is True
         and isinstance(value["dtype"], str)
         and isinstance(value["shape"], (list, tuple))
         and all(type(d) is int and d >= 0 for d in value["shape"])
@@ -69,6 +77,10 @@ def placeholder_array(spec: dict[str, Any]) -> jax.Array:
     """
     dtype = np.dtype(spec["dtype"])
     fill = np.nan if np.issubdtype(dtype, np.inexact) else 0
+    if spec.get("weak_type"):
+        weak = jnp.full(tuple(spec["shape"]), fill)  # a Python fill gives a weak array
+        if weak.dtype == dtype:
+            return weak
     return jnp.asarray(np.full(tuple(spec["shape"]), fill, dtype=dtype))
 
 
@@ -116,7 +128,7 @@ def with_weights(tree: _T, blob: bytes) -> _T:
     **Arguments:**
 
     - `tree`: the PyTree that receives the weights; its array leaves give the
-      expected paths, shapes and dtypes (their values are ignored).
+      expected paths, shapes, dtypes and weak types (their values are ignored).
     - `blob`: bytes written by `serialize_weights`.
 
     **Returns:**
@@ -163,7 +175,11 @@ def with_weights(tree: _T, blob: bytes) -> _T:
         if not eqx.is_array(leaf):
             return leaf
         value = tensors[jax.tree_util.keystr(path)]
-        return value.copy() if isinstance(leaf, np.ndarray) else jnp.asarray(value)
+        if isinstance(leaf, np.ndarray):
+            return value.copy()
+        if getattr(leaf, "weak_type", False):  # keep it weak: it decides the dtype of what it meets
+            return leaf.at[...].set(value)
+        return jnp.asarray(value)
 
     return jax.tree_util.tree_map_with_path(replace, tree)
 
