@@ -245,6 +245,15 @@ def test_bad_paths_and_vectors_name_the_path(make_component):
         assert path in str(info.value)
 
 
+def test_complex_vectors_for_real_leaves_are_refused(make_component):
+    comp = make_component()
+    inputs = nested_inputs(8)
+    with pytest.raises(ComponentInputError, match=r"cotangent for 'y' is complex.*imaginary"):
+        comp.vjp(inputs, ["x"], ["y"], {"y": np.full(4, 1 + 1j)})
+    with pytest.raises(ComponentInputError, match=r"tangent for 'x' is complex"):
+        comp.jvp(inputs, ["x"], ["y"], {"x": jnp.full(4, 1j, jnp.complex64)})
+
+
 def test_bad_inputs_name_the_nested_field(make_component):
     comp = make_component()
     base = nested_inputs(9)

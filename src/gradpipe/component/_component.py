@@ -351,7 +351,8 @@ def _vectors(
     sig: Signature, selection: Selection, given: Any, side: str, what: str
 ) -> dict[int, Any]:
     """Tangents or cotangents by leaf index, checked to match the selection exactly
-    and to have the shape of the leaf they address, cast to the leaf's dtype. They
+    and to have the shape of the leaf they address, cast to the leaf's dtype (a
+    complex one for a real leaf is refused rather than losing its imaginary part). They
     may share the caller's buffers: the endpoint waits for its result."""
     if not isinstance(given, Mapping):
         raise ComponentInputError("", f"The {what}s must be a dict from path to array.")
@@ -380,6 +381,15 @@ def _vectors(
             or jnp.issubdtype(value.dtype, jnp.floating)
         ):
             raise ComponentInputError(name, f"The {what} for {name!r} must be a numeric array.")
+        if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(
+            avals[i].dtype, jnp.complexfloating
+        ):
+            raise ComponentInputError(
+                name,
+                f"The {what} for {name!r} is complex, but that {side} is real "
+                f"({np.dtype(avals[i].dtype).name}): casting would drop the imaginary part. "
+                f"Pass a real array (its .real, if that is what you mean).",
+            )
         if tuple(value.shape) != tuple(avals[i].shape):
             raise ComponentInputError(
                 name,
