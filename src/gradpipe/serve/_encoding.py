@@ -40,6 +40,7 @@ __all__ = [
     "choose_response_type",
     "decode",
     "encode",
+    "encode_pieces",
     "media_type",
 ]
 
@@ -142,10 +143,16 @@ def _to_wire(value: Any, buffers: list | None) -> Any:
 
 def encode(document: Any, content_type: str) -> bytes:
     """Serialise a document of JSON values and arrays in the given format."""
+    # One allocation of the exact size: msgpack.packb grows its buffer by doubling,
+    # which touches several times the message's size in fresh memory.
+    return b"".join(encode_pieces(document, content_type))
+
+
+def encode_pieces(document: Any, content_type: str) -> list[bytes | memoryview]:
+    """`encode`, as pieces whose concatenation is the body: large array buffers of the
+    binary form are the arrays' own memory, ready for a vectored send."""
     if content_type == BINARY:
-        # One allocation of the exact size: msgpack.packb grows its buffer by doubling,
-        # which touches several times the message's size in fresh memory.
-        return b"".join(pack_pieces(_to_wire(document, None)))
+        return pack_pieces(_to_wire(document, None))
     # json.dumps would scan every base64 character for escapes; instead each buffer is
     # dumped as a unique placeholder string and the base64 text spliced in after.
     # buffers[0] is a random tag, so no string of the document can match a placeholder.
@@ -156,7 +163,7 @@ def encode(document: Any, content_type: str) -> bytes:
         before, text = text.split(f'"{buffers[0]}-{i}"'.encode(), 1)
         pieces += [before, b'"', binascii.b2a_base64(raw, newline=False), b'"']
     pieces.append(text)
-    return b"".join(pieces)
+    return pieces
 
 
 # -- decoding -------------------------------------------------------------------
