@@ -254,6 +254,14 @@ def test_complex_vectors_for_real_leaves_are_refused(make_component):
         comp.jvp(inputs, ["x"], ["y"], {"x": jnp.full(4, 1j, jnp.complex64)})
 
 
+def test_one_leaf_given_two_vectors_under_two_spellings_is_refused(make_component):
+    comp = make_component()
+    inputs = nested_inputs(8)
+    two = {"table[a]": np.ones(2), 'table["a"]': np.full(2, 5.0)}
+    with pytest.raises(ComponentInputError, match=r"Two tangents.*'table\[a\]'.*same path"):
+        comp.jvp(inputs, ["table[a]"], ["y"], two)
+
+
 def test_bad_inputs_name_the_nested_field(make_component):
     comp = make_component()
     base = nested_inputs(9)

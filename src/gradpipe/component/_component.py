@@ -351,12 +351,23 @@ def _vectors(
     sig: Signature, selection: Selection, given: Any, side: str, what: str
 ) -> dict[int, Any]:
     """Tangents or cotangents by leaf index, checked to match the selection exactly
-    and to have the shape of the leaf they address, cast to the leaf's dtype (a
-    complex one for a real leaf is refused rather than losing its imaginary part). They
-    may share the caller's buffers: the endpoint waits for its result."""
+    (one per leaf, however its path is spelled) and to have the shape of the leaf
+    they address, cast to the leaf's dtype (a complex one for a real leaf is refused
+    rather than losing its imaginary part). They may share the caller's buffers: the
+    endpoint waits for its result."""
     if not isinstance(given, Mapping):
         raise ComponentInputError("", f"The {what}s must be a dict from path to array.")
-    by_path = {canonical_path(k, what=f"{what} path"): v for k, v in given.items()}
+    by_path: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for key, value in given.items():
+        canonical = canonical_path(key, what=f"{what} path")
+        if canonical in by_path:
+            raise ComponentInputError(
+                key,
+                f"Two {what}s were given for one leaf: {spelled[canonical]!r} and {key!r} "
+                f"are the same path. Give it once.",
+            )
+        by_path[canonical], spelled[canonical] = value, key
     paths = sig.in_paths if side == "input" else sig.out_paths
     avals = sig.in_avals if side == "input" else sig.out_avals
     wanted = {paths[i]: (name, i) for name, i in selection.items}
