@@ -9,6 +9,13 @@ Measured side by side in one run, same function, same machine:
   ``json+base64``): ``/apply`` then ``/vector_jacobian_product``, which re-sends the
   inputs. It runs from its own venv (``$PEER_PYTHON``, default
   ``.venv-peer/bin/python``); gradpipe never depends on it.
+- two labelled variants: a gradpipe server that keeps at most 4 residual sets
+  (``--max-handles 4``; the default keeps 64, up to 1 GiB), and a second peer server
+  given the allocator settings `gradpipe serve` applies to itself (``SAME_MALLOC``).
+
+Then, without HTTP: the jitted forward pass alone (the compute the design's anchor
+quotes, ~13 ms) and ``apply_keep`` + ``vjp_from`` in-process; and the median
+``Server-Timing`` of the binary requests (body read, decode, compute, encode).
 
 Also the request bytes that ``jax.value_and_grad`` sends through a `RemoteComponent`,
 against the input plus the cotangent.
@@ -80,18 +87,27 @@ def _wait(url: str, process: subprocess.Popen, what: str) -> None:
     raise RuntimeError(f"{what} did not come up in 120 s")
 
 
-def start_gradpipe() -> tuple[str, subprocess.Popen]:
+def start_gradpipe(*extra: str) -> tuple[str, subprocess.Popen]:
     port = _free_port()
     command = [sys.executable, "-m", "gradpipe.cli", "serve", "serve:component",
                "--app-dir", str(HERE), "--port", str(port), "--max-body-size", "1G",
-               "--log-level", "warning"]  # fmt: skip
+               "--log-level", "warning", *extra]  # fmt: skip
     process = subprocess.Popen(command, env={**os.environ, "GRADPIPE_TOKEN": ""})
     url = f"http://127.0.0.1:{port}"
     _wait(url, process, "gradpipe serve")
     return url, process
 
 
-def start_peer(workdir: str) -> tuple[str, subprocess.Popen]:
+# What `gradpipe serve` sets in its own process with mallopt (`tune_malloc`), as
+# glibc's environment variables: given to a second peer server to show how much of
+# the difference is the allocator setting alone.
+SAME_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
+    "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20),
+}
+
+
+def start_peer(workdir: str, extra_env: dict | None = None) -> tuple[str, subprocess.Popen]:
     """The peer's server; it writes a ``run_<uuid>/logs`` folder per request into
     ``workdir`` (a temporary folder, removed afterwards)."""
     python = Path(os.environ.get("PEER_PYTHON", ROOT / ".venv-peer/bin/python"))
@@ -101,7 +117,7 @@ def start_peer(workdir: str) -> tuple[str, subprocess.Popen]:
     port = _free_port()
     env = {**os.environ, "TESSERACT_API_PATH": str(HERE / "peer_serve_api.py"),
            "TESSERACT_OUTPUT_FORMAT": "json+base64", "TESSERACT_OUTPUT_PATH": workdir,
-           "TESSERACT_INPUT_PATH": workdir}  # fmt: skip
+           "TESSERACT_INPUT_PATH": workdir, **(extra_env or {})}  # fmt: skip
     command = [str(runtime), "serve", "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(command, env=env, cwd=workdir, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -134,6 +150,36 @@ def peer_round_trip(client: httpx.Client, x, ct):
     return y, grads["x"]
 
 
+def server_timings(remote, x, ct, reps: int) -> dict[str, dict[str, float]]:
+    """Median ``Server-Timing`` parts of the binary ``/apply`` and ``/vjp`` requests,
+    and their round trip as the client sees it ("total")."""
+    from gradpipe.serve._encoding import BINARY, decode, encode_pieces
+
+    raw = remote.client._raw
+    if raw is None:
+        return {}
+    rows: dict[str, list[dict[str, float]]] = {"/apply": [], "/vjp": []}
+
+    def post(endpoint, document):
+        start = time.perf_counter()
+        answer = raw.post(endpoint, encode_pieces(document, BINARY))
+        result = decode(answer.content, BINARY)
+        parts = dict(item.split(";dur=") for item in answer.headers["server-timing"].split(", "))
+        row = {k: float(v) for k, v in parts.items()}
+        row["total"] = (time.perf_counter() - start) * 1e3
+        rows[endpoint].append(row)
+        return result
+
+    for _ in range(reps):
+        handle = post("/apply", {"inputs": {"x": x}, "keep_residuals": True})["handle"]
+        post("/vjp", {"handle": handle, "vjp_inputs": ["x"], "vjp_outputs": ["y"],
+                      "cotangents": {"y": ct}})  # fmt: skip
+    return {
+        endpoint: {k: statistics.median(r[k] for r in found) for k in found[0]}
+        for endpoint, found in rows.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=1_000_000)
@@ -153,16 +199,24 @@ def main() -> None:
     try:
         url, process = start_gradpipe()
         servers.append(process)
+        few_url, few_process = start_gradpipe("--max-handles", "4")
+        servers.append(few_process)
         peer_url, peer_process = start_peer(peer_dir.name)
         servers.append(peer_process)
+        peer2_url, peer2_process = start_peer(peer_dir.name, SAME_MALLOC)
+        servers.append(peer2_process)
         binary = RemoteComponent(url, encoding="binary")
+        binary_few = RemoteComponent(few_url, encoding="binary")
         json_ = RemoteComponent(url, encoding="json")
         headers = {"Content-Type": "application/json", "Accept": "application/json+base64"}
         peer = httpx.Client(base_url=peer_url, headers=headers, timeout=300)
+        peer2 = httpx.Client(base_url=peer2_url, headers=headers, timeout=300)
         methods = {
             "gradpipe binary (msgpack)": lambda: gradpipe_round_trip(binary, x, ct),
+            "gradpipe binary, --max-handles 4": lambda: gradpipe_round_trip(binary_few, x, ct),
             "gradpipe JSON+base64": lambda: gradpipe_round_trip(json_, x, ct),
             "peer tesseract-runtime (json+base64)": lambda: peer_round_trip(peer, x, ct),
+            "peer, with gradpipe's malloc settings": lambda: peer_round_trip(peer2, x, ct),
         }
         times: dict[str, list[float]] = {name: [] for name in methods}
         for name, run in methods.items():  # warm up (compilation) and check the answers
@@ -177,19 +231,25 @@ def main() -> None:
                 times[name].append(time.perf_counter() - start)
 
         local = {"x": x}
-        local_times = []
+        local_times, forward_times = [], []
+        jitted, xj = jax.jit(forward), jnp.asarray(x)
+        jax.block_until_ready(jitted(xj))
         for _ in range(args.reps):
             start = time.perf_counter()
             outs, res = component.apply_keep(local)
             jax.block_until_ready((outs, component.vjp_from(res, ["x"], ["y"], {"y": ct})))
             local_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            jax.block_until_ready(jitted(xj))
+            forward_times.append(time.perf_counter() - start)
+
+        timings = server_timings(binary, x, ct, args.reps)
 
         # value_and_grad through a RemoteComponent: bytes of request bodies sent.
         def loss(x):
             return jnp.vdot(binary({"x": x})["y"], jnp.asarray(ct))
 
         vg = jax.jit(jax.value_and_grad(loss))
-        xj = jnp.asarray(x)
         jax.block_until_ready(vg(xj))  # compiles, and asks /abstract_eval once
         sent_before, requests_before = binary.client.bytes_sent, binary.client.requests
         jax.block_until_ready(vg(xj + 1))
@@ -213,10 +273,14 @@ def main() -> None:
     print(f"| {'method':<40} | median ms | vs peer | min ms | vs peer |")
     print(f"|{'-' * 42}|-----------|---------|--------|---------|")
     times["(in-process apply_keep + vjp_from)"] = local_times
+    times["(in-process jit(forward) alone)"] = forward_times
     for name, values in times.items():
         median, least = statistics.median(values), min(values)
         print(f"| {name:<40} | {median * 1e3:9.1f} | {median / peer_median:6.2f}x "
               f"| {least * 1e3:6.1f} | {least / peer_min:6.2f}x |")  # fmt: skip
+    print("\ngradpipe binary, median Server-Timing (ms): " + "; ".join(
+        f"{request} " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+        for request, parts in timings.items()))  # fmt: skip
     payload = x.nbytes + ct.nbytes
     print(f"\njit(value_and_grad) through RemoteComponent: {requests} requests, {sent:,} bytes sent "
           f"= {sent / payload:.3f}x (input + cotangent = {payload:,} bytes), "
