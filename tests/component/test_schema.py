@@ -64,6 +64,26 @@ def test_arrays_validate_shape_and_cast_up_only():
         assert info.value.errors()[0]["loc"] == (field,)
 
 
+def test_integers_that_do_not_fit_the_declared_dtype_are_refused():
+    class Small(pydantic.BaseModel):
+        pixels: Array[np.uint8, (None,)]
+        counts: Array[np.int32, (None,)]
+
+    wide = np.array([0, 255], np.uint16)
+    ok = Small.model_validate({"pixels": wide, "counts": [-5, 7]})
+    np.testing.assert_array_equal(ok.pixels, [0, 255])
+    np.testing.assert_array_equal(ok.counts, [-5, 7])
+    for field, value in [
+        ("pixels", np.array([0, 300], np.uint16)),
+        ("counts", [2**31]),
+        ("counts", np.array([-(2**31) - 1], np.int64)),
+        ("counts", jnp.array([2**31 - 1], jnp.uint32) + 1),
+    ]:
+        with pytest.raises(pydantic.ValidationError, match="do not fit") as info:
+            Small.model_validate({"pixels": wide, "counts": [1], field: value})
+        assert info.value.errors()[0]["loc"] == (field,)
+
+
 def test_type_errors_at_definition():
     with pytest.raises(TypeError, match="Array"):
         Differentiable[int]

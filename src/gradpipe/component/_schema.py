@@ -147,7 +147,8 @@ class ArraySpec:
 
     def validate(self, value: Any) -> Any:
         """``value`` as an array of this dtype: JAX arrays stay JAX arrays (cast on
-        their device), anything else becomes a NumPy array."""
+        their device), anything else becomes a NumPy array. Integers this dtype
+        cannot hold are refused rather than wrapped around."""
         if isinstance(value, jax.core.Tracer):
             raise ValueError(
                 "got a JAX tracer; component endpoints take concrete arrays. Call the "
@@ -162,6 +163,7 @@ class ArraySpec:
         if problem:
             raise ValueError(problem)
         if value.dtype != self.dtype:
+            _check_integer_range(value, self.dtype)
             value = value.astype(self.dtype)
         return value
 
@@ -188,6 +190,20 @@ class ArraySpec:
         js["x-dtype"] = self.dtype.name
         js["x-shape"] = ["..." if s is ... else s for s in self.shape]
         return js
+
+
+def _check_integer_range(value: Any, dtype: np.dtype) -> None:
+    """Refuse integers that ``dtype`` cannot hold: a cast to a narrower integer type
+    (a Python list of ints is int64; ``uint8`` image data) wraps them around."""
+    if _kind(dtype) not in ("u", "i") or np.can_cast(value.dtype, dtype) or not value.size:
+        return
+    info = np.iinfo(dtype)
+    low, high = int(value.min()), int(value.max())
+    if low < info.min or high > info.max:
+        raise ValueError(
+            f"values from {low} to {high} do not fit in {dtype.name} ({info.min} to "
+            f"{info.max}); a cast would wrap them around"
+        )
 
 
 def _serialize_array(value: Any, info: Any) -> Any:
