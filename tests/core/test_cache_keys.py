@@ -189,3 +189,23 @@ def test_bad_cache_arguments():
         Cache(Counting(), maxsize=0)
     with pytest.raises(TypeError, match="must be an Operator"):
         Cache(lambda x: x)
+
+
+def test_replacing_the_inner_operator_never_hits_its_entries():
+    # A JAX operator's configuration holds only its arrays' shapes: retrained
+    # weights of the same shape must not hit the old weights' entries.
+    jax = pytest.importorskip("jax")
+    from gradpipe.jax import JaxOperator
+
+    class Scale(JaxOperator):
+        factor: jax.Array
+
+        def _apply(self, x):
+            return self.factor * x
+
+    cache = Cache(Scale(jax.numpy.asarray([1.0])))
+    np.testing.assert_array_equal(cache(np.ones(1)), [1.0])
+    cache.inner = Scale(jax.numpy.asarray([5.0]))
+    np.testing.assert_array_equal(cache(np.ones(1)), [5.0])
+    cache.inner = Lambda(lambda x: x + 100)
+    np.testing.assert_array_equal(cache(np.ones(1)), [101.0])

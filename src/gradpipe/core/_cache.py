@@ -50,18 +50,33 @@ def _detach(value: Any, *, copy_arrays: bool) -> Any:
     return value
 
 
+class _Same:
+    """A key part equal only to another `_Same` of the very same object."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
 class Cache(Operator):
     """Runs ``inner`` once per distinct input and returns the stored result after.
 
     The key is the content of the whole input (every positional and keyword
     argument, arrays anywhere in nested tuples, lists and dicts by dtype, shape and
     bytes; scalars with their type; dict keys and structure; see `content_key`)
-    together with the inner operator's configuration. The cache is bounded (least
-    recently used entries are dropped first), thread-safe, and counts hits and
-    misses. It keeps its own read-only copy of the NumPy arrays in an output and
-    returns fresh tuples, lists and dicts on every call, so writing into an input or
-    appending to a result never changes what a later hit returns; writing into a
-    returned array raises.
+    together with the inner operator (by identity) and its configuration. The cache
+    is bounded (least recently used entries are dropped first), thread-safe, and
+    counts hits and misses. It keeps its own read-only copy of the NumPy arrays in
+    an output and returns fresh tuples, lists and dicts on every call, so writing
+    into an input or appending to a result never changes what a later hit returns;
+    writing into a returned array raises.
 
     Under ``jax.jit``/``vmap``/``grad`` it raises `TypeError`: a tracer has no value
     to key. JAX's compilation cache already reuses the compiled function; apply
@@ -86,13 +101,20 @@ class Cache(Operator):
         self._lock = threading.Lock()
 
     def _inner_key(self) -> tuple:
+        """The inner operator itself and, when it can be saved, its configuration.
+
+        The configuration makes a parameter changed in place a new key. It is not
+        enough alone: a JAX operator's configuration records its arrays only by
+        shape and dtype, so a retrained operator put in place of the old one would
+        hit the old one's entries. The operator is compared by identity and held by
+        the key, so its id cannot be reused by another object while an entry lives.
+        """
         try:
             # Unsorted: an operator may read a configuration dict in order.
-            return ("config", state_to_json(self.inner.state))
+            config = state_to_json(self.inner.state)
         except ConfigError:
-            # An unsaveable inner operator (a Lambda) is keyed by identity; the
-            # cache holds a reference to it, so the identity cannot be reused.
-            return ("object", id(self.inner))
+            config = None  # an unsaveable inner operator (a Lambda): identity alone
+        return (_Same(self.inner), config)
 
     def _apply(self, *args: Any, **kwargs: Any) -> Any:
         refuse_tracer(
