@@ -30,7 +30,8 @@ class Update(CustomOp):
         if not hasattr(target, "write") or not getattr(target, "writable", True):
             raise TypeError(
                 "update_: the target DiskArray is read-only (opened without writable=True, "
-                "or the symbolic zero array). Open it with DiskArray.open(path, writable=True)."
+                "or a constant with no file, such as the gradient of a full sum). Open it "
+                "with DiskArray.open(path, writable=True), or copy it with DiskArray.save."
             )
         if value is target:
             return target
