@@ -35,6 +35,7 @@ CASES = [
     ("gradpipe.component", ["jax", "jaxlib"], "gradpipe[component]"),
     ("gradpipe.serve", ["starlette"], "gradpipe[serve]"),
     ("gradpipe.serve", ["uvicorn"], "gradpipe[serve]"),
+    ("gradpipe.ooc", ["jax", "jaxlib"], "gradpipe[ooc]"),
 ]
 
 

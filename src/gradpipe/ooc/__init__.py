@@ -16,6 +16,14 @@ g = jax.jit(jax.grad(loss))(w)          # a DiskArray
 ```
 """
 
+try:
+    import jax as _jax  # noqa: F401
+except ImportError as _error:
+    raise ImportError(
+        f"gradpipe.ooc needs JAX ({_error.name} is missing). Install the extra: "
+        f"pip install 'gradpipe[ooc]'."
+    ) from _error
+
 from ._array import DiskArray
 from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from ._driver import Driver, set_progress
