@@ -168,6 +168,25 @@ def test_dicts_with_equal_keys_and_swapped_values_differ(fingerprints):
     assert on.residual_cache.info().hits == 1
 
 
+def test_a_static_dict_in_another_order_is_another_input(fingerprints):
+    class In(pydantic.BaseModel):
+        x: X
+        weights: dict[str, float]
+
+    def fn(d):
+        w = jnp.asarray(list(d["weights"].values()) * 2, jnp.float32)
+        return {"y": jnp.sin(d["x"]) * w}
+
+    make = component_of(In, fn)
+    first = {"x": X0, "weights": {"a": 1.0, "b": 2.0}}
+    second = {"x": X0, "weights": {"b": 2.0, "a": 1.0}}
+    check_pair(make, first, second)
+    comp = make(True)
+    comp.apply(first)
+    expected = np.sin(X0) * np.array([2.0, 1.0, 2.0, 1.0], np.float32)
+    np.testing.assert_allclose(comp.apply(second)["y"], expected, rtol=1e-6)
+
+
 def test_two_components_with_equal_inputs_never_share():
     class In(pydantic.BaseModel):
         x: X

@@ -9,7 +9,9 @@ specific wrong answer:
   True`` and ``-0.0 == 0.0`` in Python, yet a function may branch on the type or the
   sign; comparing bare values would hand one input the other's gradient. Floats are
   compared by their IEEE bits, so a NaN static equals itself and a key holding one
-  can be found again.
+  can be found again. A static dict is compared in its order: ``{"a": 1, "b": 2}``
+  and ``{"b": 2, "a": 1}`` are equal in Python, yet ``list(d.values())`` differs,
+  and the compiled function of one would serve the other.
 - **The structure is compared, not hashed.** It holds the dict keys (sorted), list
   lengths and which optional fields are ``None``, so a dict with equal keys and
   swapped values, or a list split differently, is a different key. A key is never
@@ -56,8 +58,8 @@ def _exact(value: Any) -> Any:
     if kind in (list, tuple):
         return (kind, tuple(_exact(v) for v in value))
     if kind is dict:
-        items = sorted(((_exact(k), _exact(v)) for k, v in value.items()), key=repr)
-        return (kind, tuple(items))
+        # In insertion order: the function may read a static dict in order.
+        return (kind, tuple((_exact(k), _exact(v)) for k, v in value.items()))
     if isinstance(value, enum.Enum):
         return (kind, value.name)
     if isinstance(value, np.ndarray | np.generic):
