@@ -154,14 +154,22 @@ def test_sequential_interface_is_kept():
     assert type(seq) is JaxSequential and seq.operators == (inv, comb)
     assert isinstance(seq, gp.Sequential) and isinstance(seq, eqx.Module)
     assert len(seq | seq) == 4 and len(seq | gp.Sequential([gp.Identity()])) == 3
-    left = gp.Identity() | seq  # a plain operator on the left builds a core Sequential
-    assert type(left) is gp.Sequential and len(left) == 2
+    left = gp.Identity() | seq  # a plain operator on the left joins the JaxSequential
+    assert type(left) is JaxSequential and len(left) == 3
     assert seq[0] is inv and type(seq[1:]) is JaxSequential and seq[1:].operators == (comb,)
     assert list(seq) == [inv, comb]
     y = jnp.exp(-100.0 * jnp.asarray(K, jnp.float32))
     table = seq.summary(y)
     assert "Invert" in table and "float32[5]" in table
     assert "Invert(log_k=float32[5])" in repr(seq)
+
+
+def test_filter_grad_reaches_a_pipeline_that_starts_with_a_plain_operator():
+    seq = Affine(jnp.asarray([2.0, 3.0])) | Affine(jnp.asarray([1.0, 1.0]))
+    pipe = gp.Identity() | seq
+    grads = eqx.filter_grad(lambda p, x: jnp.sum(p(x)))(pipe, jnp.ones(2))
+    np.testing.assert_array_equal(grads.operators[1].weight, [1.0, 1.0])
+    np.testing.assert_array_equal(grads.operators[2].weight, [2.0, 3.0])
 
 
 def test_jit_of_an_operator_itself_uses_identity_hashing():

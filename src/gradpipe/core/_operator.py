@@ -73,8 +73,11 @@ class Operator:
 
         if not isinstance(other, Operator):
             return NotImplemented
-        if type(other) is Sequential:
-            return Sequential([self, *other.operators])
+        if isinstance(other, Sequential):
+            # Its own kind decides: ``op | jax_sequential`` stays a JaxSequential,
+            # whose arrays ``eqx.filter_grad`` reaches, not a plain Sequential
+            # around it, which would give no gradient at all.
+            return other.__ror__(self)
         return Sequential([self, other])
 
     @property
