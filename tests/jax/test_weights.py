@@ -187,3 +187,13 @@ def test_weakly_typed_arrays_stay_weak_through_weights_and_registry(tmp_path):
     assert from_registry(reg, reg.store(strong, weights=strong.serialize_weights()))(x).dtype == (
         jnp.float32
     )
+
+
+def test_float64_weights_without_x64_say_how_to_load_them():
+    with jax.enable_x64(True):
+        op = Rate(jnp.asarray([0.25], jnp.float64))
+        blob, state = op.serialize_weights(), op.state
+        assert Rate.from_state(state).with_weights(blob).rate.dtype == jnp.float64
+    with jax.enable_x64(False):
+        with pytest.raises(WeightsError, match=r"\.rate.*float64.*64-bit types are off.*x64"):
+            Rate.from_state(state).with_weights(blob)

@@ -165,10 +165,19 @@ def with_weights(tree: _T, blob: bytes) -> _T:
     for path, leaf in expected.items():
         got = tensors[path]
         if tuple(got.shape) != tuple(leaf.shape) or np.dtype(got.dtype) != np.dtype(leaf.dtype):
+            hint = ""
+            narrowed = np.dtype(jax.dtypes.canonicalize_dtype(got.dtype))
+            if narrowed == np.dtype(leaf.dtype) != got.dtype:
+                hint = (
+                    f" JAX's 64-bit types are off, so JAX holds {got.dtype} arrays as "
+                    f"{leaf.dtype}: load the weights after "
+                    f"jax.config.update('jax_enable_x64', True) (or inside "
+                    f"`with jax.enable_x64(True):`), rebuilding the operator there too."
+                )
             raise WeightsError(
                 f"Weights for {path}: {type(tree).__name__} expects "
                 f"{_describe(leaf.dtype, leaf.shape)}, the blob holds "
-                f"{_describe(got.dtype, got.shape)}."
+                f"{_describe(got.dtype, got.shape)}.{hint}"
             )
 
     def replace(path: Any, leaf: Any) -> Any:
