@@ -63,6 +63,27 @@ def test_large_arrays_differing_in_the_middle_differ():
     assert content_key(a) != content_key(b)
 
 
+def test_masked_arrays_are_keyed_with_their_mask():
+    cache = Cache(Lambda(lambda x: float(x.mean())))
+    assert cache(np.ma.array([1.0, 2.0, 3.0], mask=[0, 0, 1])) == 1.5
+    assert cache(np.ma.array([1.0, 2.0, 3.0], mask=[0, 0, 0])) == 2.0
+
+
+def test_other_array_likes_are_refused():
+    class Labelled:  # like an xarray DataArray: values plus labels a step may read
+        def __init__(self, values, units):
+            self.values, self.units = np.asarray(values), units
+            self.dtype, self.shape = self.values.dtype, self.values.shape
+
+        def __array__(self, dtype=None, copy=None):
+            return self.values
+
+    with pytest.raises(gp.UnkeyableError, match=r"array-like.*np\.asarray"):
+        content_key(Labelled([1.0], "m"))
+    with pytest.raises(TypeError, match="Cache cannot key"):
+        Cache(Lambda(lambda x: x.units))(Labelled([1.0], "m"))
+
+
 def test_unkeyable_values_are_refused():
     with pytest.raises(gp.UnkeyableError, match="object has no content key"):
         content_key(object())

@@ -16,11 +16,16 @@ rule prevents:
 - Containers keep their kind (tuple and list differ), order and dict keys.
 - A value with no defined content (an arbitrary object, a JAX tracer) has no key:
   keying it by identity or ``repr`` is how a cache returns another input's result.
+- Only NumPy and JAX arrays are keyed as arrays (a masked array with its mask).
+  Another array-like (an xarray ``DataArray``, a pandas ``Series``) converts to its
+  values alone, dropping coordinates, an index or attributes that a step may read,
+  so it has no key either.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 from typing import Any
 
 from ._tracing import is_tracer
@@ -47,7 +52,20 @@ def _array_key(value: Any) -> tuple:
     array = np.ascontiguousarray(array)
     digest = hashlib.sha256(array.view(np.uint8).reshape(-1)).digest() if array.size else b""
     kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    return ("array", kind, array.dtype.str, str(array.dtype), shape, digest)
+    mask = None
+    if isinstance(value, np.ma.MaskedArray):
+        flags = np.ascontiguousarray(np.ma.getmaskarray(value))
+        mask = hashlib.sha256(flags.view(np.uint8).reshape(-1)).digest()
+    return ("array", kind, array.dtype.str, str(array.dtype), shape, digest, mask)
+
+
+def _is_array(value: Any) -> bool:
+    import numpy as np
+
+    if isinstance(value, np.ndarray | np.generic):
+        return True
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(value, getattr(jax, "Array", ()))
 
 
 def content_key(value: Any) -> tuple:
@@ -68,8 +86,15 @@ def content_key(value: Any) -> tuple:
         return ("dict", tuple((content_key(k), content_key(v)) for k, v in value.items()))
     if is_tracer(value):
         raise UnkeyableError("A JAX tracer has no content: its value is not known yet.")
-    if hasattr(value, "__array__") and hasattr(value, "dtype") and hasattr(value, "shape"):
+    if _is_array(value):
         return _array_key(value)
+    if hasattr(value, "__array__"):
+        raise UnkeyableError(
+            f"A {kind.__module__}.{kind.__qualname__} has no content key: it is array-like, "
+            f"but may hold more than its values (coordinates, an index, attributes) and a "
+            f"key of its values would miss them. Pass np.asarray(x), or the parts the step "
+            f"reads, instead."
+        )
     raise UnkeyableError(
         f"A {kind.__module__}.{kind.__qualname__} has no content key: only arrays, "
         f"numbers, str, bytes, None and tuples, lists and dicts of them do."
