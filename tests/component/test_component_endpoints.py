@@ -396,3 +396,23 @@ def test_64_bit_dtypes_are_refused_while_jax_x64_is_off():
         y = comp.apply(inputs)["y"]
         assert y.dtype == np.float64
         np.testing.assert_array_equal(y, [2**31 + 5, (2**31 + 5) * (1.0 + 1e-12)])
+
+
+class ListIn(pydantic.BaseModel):
+    x: Differentiable[Array[np.float32, (2,)]]
+    w: list[float]
+
+
+class PairOut(pydantic.BaseModel):
+    y: Differentiable[Array[np.float32, (2,)]]
+
+
+def test_a_static_list_changed_in_place_after_a_call_is_not_traced_later():
+    comp = Component(
+        lambda d: {"y": d["x"] * jnp.asarray(d["w"], jnp.float32)}, inputs=ListIn, outputs=PairOut
+    )
+    model = ListIn(x=np.ones(2, np.float32), w=[1.0, 2.0])
+    comp.apply(model)
+    model.w[0] = 10.0  # the caller reuses their model
+    jvp = comp.jvp({"x": [1.0, 1.0], "w": [1.0, 2.0]}, ["x"], ["y"], {"x": np.ones(2)})
+    np.testing.assert_array_equal(jvp["y"], [1.0, 2.0])

@@ -32,6 +32,7 @@ specific wrong answer:
 
 from __future__ import annotations
 
+import copy
 import enum
 import struct
 from typing import Any
@@ -75,13 +76,19 @@ def _exact(value: Any) -> Any:
 
 
 class StaticValue:
-    """A non-array leaf of an input, compared by type and exact bits."""
+    """A non-array leaf of an input, compared by type and exact bits.
+
+    It keeps a deep copy of the value: the compiled functions of a signature are
+    built from its `value` long after the call that made it, and a list the caller
+    changed in place meanwhile would be traced with the new contents under the key
+    of the old ones.
+    """
 
     __slots__ = ("_exact", "_hash", "value")
 
     def __init__(self, value: Any) -> None:
-        self.value = value
-        self._exact = _exact(value)
+        self.value = copy.deepcopy(value)
+        self._exact = _exact(self.value)
         self._hash = hash(self._exact)
 
     def __eq__(self, other: object) -> bool:
