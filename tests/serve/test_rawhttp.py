@@ -126,3 +126,25 @@ def test_refused_connection_raises():
     raw = RawHTTP("127.0.0.1", port, "", {}, timeout=5)
     with pytest.raises(OSError):
         raw.post("/x", [b"{}"])
+
+
+def test_oversize_body_and_errors_through_the_raw_transport(server_url):
+    from conftest import MAX_BODY, TOKEN
+
+    from gradpipe.serve._client import RemoteError
+
+    client = Client(server_url, token=TOKEN)
+    assert client._raw is not None
+    x = np.ones(3, np.float32)
+    good = {"inputs": {"x": x, "w": np.float32(2.0), "p": {"a": x}}}
+    for size in (MAX_BODY, 16 * MAX_BODY):
+        big = {"inputs": {**good["inputs"], "x": np.ones(size // 4 + 1, np.float32)}}
+        with pytest.raises(RemoteError) as info:
+            client.post("apply", big)
+        assert info.value.status == 413
+        answer = client.post("apply", good)  # the next request still succeeds
+        np.testing.assert_allclose(answer["outputs"]["y"], 2 * np.sin(1.0) + 1.0, rtol=1e-6)
+    with pytest.raises(RemoteError) as info:
+        Client(server_url, token="wrong").post("apply", good)
+    assert info.value.status == 401
+    client.close()
