@@ -1,4 +1,4 @@
-"""The defects of the pipeline library gradpipe replaces, each shown fixed.
+"""Known failure modes of pipeline libraries under JAX, each shown handled.
 
 ARCHITECTURE.md ("Where the anchors stand", pipelines) lists them.
 """
