@@ -87,3 +87,32 @@ def test_live_objects_refuse_to_save():
         Snapshot().at("z").state
     with pytest.raises(gp.ConfigError, match="live Profile"):
         Profile().wrap(double).state
+
+
+def test_profile_waits_for_arrays_inside_pytrees():
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class State:
+        value: jax.Array
+
+    waited = []
+    original = jax.block_until_ready
+
+    def spy(tree):
+        waited.append(tree)
+        return original(tree)
+
+    prof = Profile()
+    op = prof.wrap(Lambda(lambda x: State(jnp.sin(x))))
+    jax.block_until_ready = spy
+    try:
+        out = op(jnp.ones(3))
+    finally:
+        jax.block_until_ready = original
+    assert waited and waited[0] is out
+    assert prof.stats["Lambda(<lambda>)"]["calls"] == 1

@@ -10,6 +10,7 @@ dtypes, which a tracer knows, and is meant to run at trace time.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -222,6 +223,11 @@ class Profile:
 
 
 def _block_until_ready(value: Any) -> None:
+    """Wait for every JAX array in ``value``, also inside registered PyTrees."""
+    jax = sys.modules.get("jax")
+    if jax is not None and hasattr(jax, "block_until_ready"):
+        jax.block_until_ready(value)
+        return
     for leaf in iter_leaves(value):
         waiter = getattr(leaf, "block_until_ready", None)
         if callable(waiter):
