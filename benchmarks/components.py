@@ -13,11 +13,15 @@ Newton solve with an implicit-function derivative, `peer_component_function.py`)
   its VJP cache off (its default) and on.
 
 Every figure is the median of several runs, all measured in this one run, the
-peer's in turns with ours so that a busy machine slows both alike. Both sides
+peer's in turns with ours so that a busy machine slows both alike. Within a round
+each measurement runs ``--block`` calls in a row (a loop, as a user calls it), on
+both sides alike: alternating five settings call by call in one process leaves
+the allocator in a state no user's loop has, and page faults on fresh memory are
+the costliest thing this VM does. Both sides
 validate a dict of NumPy arrays per endpoint call and block on the results. Each
 weight of the forward pass (``--newton-steps``) gets its own table.
 
-    python benchmarks/components.py [--repeats 9] [--newton-steps 150 60] [--json]
+    python benchmarks/components.py [--repeats 9] [--block 3] [--newton-steps 150 60] [--json]
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ def timed(call) -> float:
     return time.perf_counter() - start
 
 
-def measure(repeats: int, newton_steps: int) -> dict:
+def measure(repeats: int, newton_steps: int, block: int = 3) -> dict:
     """Medians of every measurement; the peer is timed in turns with ours."""
     simulate = make_simulate(newton_steps)
     x, ct = inputs()
@@ -135,10 +139,10 @@ def measure(repeats: int, newton_steps: int) -> dict:
         times.update(peer_cache_off=[], peer_cache_on=[])
     for _ in range(repeats):
         for name, call in ours.items():
-            times[name].append(timed(call))
+            times[name].extend(timed(call) for _ in range(block))
         if peer is not None:
-            times["peer_cache_off"].append(peer("cache_off"))
-            times["peer_cache_on"].append(peer("cache_on"))
+            for setting in ("cache_off", "cache_on"):
+                times[f"peer_{setting}"].extend(peer(setting) for _ in range(block))
     result: dict = {name: statistics.median(t) for name, t in times.items()}
     if peer is not None:
         result["peer_version"] = peer.version
@@ -195,6 +199,7 @@ def table(r: dict) -> list[tuple[str, str, str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--block", type=int, default=3, help="calls in a row per round")
     parser.add_argument(
         "--newton-steps",
         type=int,
@@ -204,7 +209,7 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the raw medians as JSON")
     args = parser.parse_args()
-    results = {steps: measure(args.repeats, steps) for steps in args.newton_steps}
+    results = {steps: measure(args.repeats, steps, args.block) for steps in args.newton_steps}
     if args.json:
         print(json.dumps(results))
         return
