@@ -378,3 +378,91 @@ def test_reusing_a_numpy_buffer_right_after_a_call_changes_nothing():
     ct[:] = 1.0
     same_bits(comp.vjp({"x": np.full(x.size, 2.0, np.float32)}, ["x"], ["y"], {"y": ct}), expected)
     assert comp.residual_cache.info().hits == 2  # the kept key did not follow the buffer
+
+
+# -- NumPy inputs are compared on the host ---------------------------------------------
+
+
+def host_and_device_keys(a, b):
+    """Keys of ``a`` and ``b`` built from NumPy (host) and from JAX (device) arrays."""
+    yield keys.ContentKey((), (a,)), keys.ContentKey((), (b,))
+    yield keys.ContentKey((), (jnp.asarray(a),)), keys.ContentKey((), (jnp.asarray(b),))
+
+
+def test_host_keys_compare_bits_like_device_keys():
+    zeros = np.zeros(5, np.float32)
+    nan = np.array([1.0, np.nan, 2.0], np.float32)
+    other_nan = nan.copy()
+    other_nan.view(np.uint32)[1] ^= 1
+    for a, b, equal in [
+        (zeros, -zeros, False),
+        (nan, nan.copy(), True),
+        (nan, other_nan, False),
+        (np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32)[::-1].copy(), False),
+        (np.array([1 + 2j, -0.0j], np.complex128), np.array([1 + 2j, 0j], np.complex128), False),
+        (
+            np.array([1 + 2j, np.nan], np.complex128),
+            np.array([1 + 2j, np.nan], np.complex128),
+            True,
+        ),
+        (np.array([True, False]), np.array([True, False]), True),
+    ]:
+        with jax.enable_x64(True):
+            for ka, kb in host_and_device_keys(a, b):
+                assert (ka == kb) is equal, (a, b)
+                assert (ka.private() == kb.private()) is equal, (a, b)
+
+
+def test_host_keys_of_equal_bytes_under_another_dtype_or_shape_differ():
+    a = np.arange(4, dtype=np.int32)
+    key = keys.ContentKey((), (a,))
+    assert key != keys.ContentKey((), (a.view(np.float32),))
+    assert key != keys.ContentKey((), (a.reshape(2, 2),))
+    assert key != keys.ContentKey((), (a.view(np.uint32),))
+
+
+def test_a_numpy_input_and_a_jax_array_of_equal_content_are_different_keys():
+    a = np.linspace(-1, 1, 6, dtype=np.float32)
+    assert keys.ContentKey((), (a,)) != keys.ContentKey((), (jnp.asarray(a),))
+    assert keys.ContentKey((), (a,)) == keys.ContentKey((), (a[::-1][::-1],))  # a strided view
+    outside = keys.ContentKey((), (a,))
+    with jax.default_device(jax.devices()[0]):  # where it would be put is part of the key
+        assert outside != keys.ContentKey((), (a.copy(),))
+
+
+def test_a_private_key_holds_read_only_copies():
+    a = np.linspace(-1, 1, 6, dtype=np.float32)
+    key = keys.ContentKey((), (a,))
+    kept = key.private()
+    assert kept == key and kept.arrays[0] is not a and not kept.arrays[0].flags.writeable
+    a[0] = 7.0  # the caller reuses the buffer
+    assert kept != keys.ContentKey((), (a,))
+    assert kept.arrays[0][0] == -1.0
+
+
+@pytest.mark.parametrize("first_kind", ["numpy", "jax"])
+@pytest.mark.parametrize("second_kind", ["numpy", "jax"])
+def test_numpy_and_jax_inputs_of_equal_content(first_kind, second_kind):
+    class In(pydantic.BaseModel):
+        x: X
+
+    make = component_of(In, lambda d: {"y": jnp.sin(d["x"]) * jnp.arange(1.0, 5.0)})
+    as_kind = {"numpy": lambda v: v.copy(), "jax": jnp.asarray}
+    first, second = {"x": as_kind[first_kind](X0)}, {"x": as_kind[second_kind](X0)}
+    check_pair(make, first, second, same_input=first_kind == second_kind)
+
+
+def test_a_hit_on_numpy_inputs_sends_only_the_cotangents_to_the_device(monkeypatch):
+    from gradpipe.component import _component
+
+    comp, _ = counting_component(True)
+    x = np.linspace(0, 1, 1000, dtype=np.float32)
+    ct = {"y": np.ones(1000, np.float32)}
+    comp.apply({"x": x})
+    sent = []
+    real = _component.on_device
+    monkeypatch.setattr(_component, "on_device", lambda *a, **k: sent.append(a) or real(*a, **k))
+    comp.vjp({"x": x.copy()}, ["x"], ["y"], ct)
+    assert comp.residual_cache.info().hits == 1 and not sent
+    comp.vjp({"x": x + 1}, ["x"], ["y"], ct)  # a miss puts the input on the device
+    assert comp.residual_cache.info().misses == 1 and len(sent) == 1

@@ -19,7 +19,7 @@ from ._keys import ContentKey
 from ._paths import ComponentInputError, canonical_path
 from ._residuals import CacheLimits, ResidualCache, Residuals
 from ._schema import LeafSpec, leaf_specs, model_node
-from ._tree import FlatInputs, flatten_inputs, rebuild, to_device, validation_error
+from ._tree import FlatInputs, flatten_inputs, on_device, rebuild, to_device, validation_error
 
 __all__ = ["Component"]
 
@@ -148,17 +148,20 @@ class Component:
 
         With the residual cache on, the residuals are kept for a following `vjp`.
         """
-        _, flat, sig = self._prepare(inputs)
+        _, flat, sig = self._prepare(inputs, host=True)
+        cache = self.residual_cache if sig.diff_in and sig.diff_out else None
+        # The key outlives this call, so it holds private copies of NumPy inputs; they
+        # are also what goes to the device (no second copy).
+        key = None if cache is None else ContentKey(flat.structure, flat.arrays).private()
+        arrays = on_device(flat.arrays) if key is None else on_device(key.arrays, private=False)
         if not (sig.diff_in and sig.diff_out):
-            leaves = self._programs.apply(sig)(self._params, flat.arrays)
+            leaves = self._programs.apply(sig)(self._params, arrays)
             return rebuild(self._out_node, sig.out_structure, leaves)
         # The same compiled forward pass runs whether the cache is on or off, so that
         # the cache never changes a single bit of any result.
-        leaves, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
-        if self.residual_cache is not None:
-            self.residual_cache.put(
-                ContentKey(flat.structure, flat.arrays), Residuals(self, sig, vjp_fn)
-            )
+        leaves, vjp_fn = self._programs.keep(sig)(self._params, arrays)
+        if cache is not None:
+            cache.put(key, Residuals(self, sig, vjp_fn))
         return rebuild(self._out_node, sig.out_structure, leaves)
 
     def apply_keep(
@@ -185,22 +188,29 @@ class Component:
         `apply` and then the same backward pass, and keeps the residuals for the next
         call on this input. Waits for the result.
         """
-        model, flat, sig = self._prepare(inputs, private=False)
+        # NumPy inputs stay on the host: a hit compares them there and sends nothing
+        # to the device but the cotangents, since the residuals hold the rest.
+        _, flat, sig = self._prepare(inputs, host=True)
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
         vectors = _vectors(sig, outs, cotangents, "output", "cotangent")
         if not (_inexact(ins, sig.diff_in) and _inexact(outs, sig.diff_out)):
             return _fill(ins, {}, sig.in_avals)
         cache = self.residual_cache
-        residuals = None if cache is None else cache.get(ContentKey(flat.structure, flat.arrays))
+        key = None if cache is None else ContentKey(flat.structure, flat.arrays)
+        residuals = None if cache is None else cache.get(key)
         if residuals is None:
-            if cache is not None:
-                # The key outlives this call, so its arrays must be private copies.
-                flat = flatten_inputs(self._in_node, model)
-            _, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
+            if key is not None:
+                # The key outlives this call, so it keeps private copies of NumPy
+                # inputs, which also go to the device.
+                key = key.private()
+                arrays = on_device(key.arrays, private=False)
+            else:
+                arrays = on_device(flat.arrays, private=False)  # we wait for the result
+            _, vjp_fn = self._programs.keep(sig)(self._params, arrays)
             residuals = Residuals(self, sig, vjp_fn)
-            if cache is not None:
-                cache.put(ContentKey(flat.structure, flat.arrays), residuals)
+            if key is not None:
+                cache.put(key, residuals)
         # The device arrays may share the caller's buffers until the result is ready.
         return jax.block_until_ready(self._pull(residuals, ins, outs, vectors))
 
@@ -307,7 +317,7 @@ class Component:
     # -- helpers -----------------------------------------------------------------
 
     def _prepare(
-        self, inputs: Any, private: bool = True
+        self, inputs: Any, private: bool = True, host: bool = False
     ) -> tuple[pydantic.BaseModel, FlatInputs, Signature]:
         if isinstance(inputs, self.input_model):
             model = inputs
@@ -322,7 +332,7 @@ class Component:
                 f"Inputs must be a dict or a {self.input_model.__name__} instance, "
                 f"got {type(inputs).__name__}.",
             )
-        flat = flatten_inputs(self._in_node, model, private=private)
+        flat = flatten_inputs(self._in_node, model, private=private, host=host)
         sig = self._programs.signature(
             self._params, flat.structure, flat.arrays, flat.paths, flat.nodes
         )

@@ -20,14 +20,19 @@ specific wrong answer:
 - **Every array contributes dtype, shape, weak type and devices**, so ``int64[4]``
   and ``int64[2, 2]`` holding the same bytes, or equal bytes read as different
   dtypes, are different keys.
-- **Array contents are compared bitwise where they live.** A fingerprint, computed by
-  a jitted reduction on the array's devices (no host copy) and only when cached keys
-  of the same kind must be told apart, narrows the search; `__eq__` decides by
-  comparing the bits on the device, so ``-0.0`` differs from ``0.0`` and NaN equals
-  itself. The fingerprint salts each word with its position, so a permuted array
-  lands elsewhere. The same ``jax.Array`` object is equal to itself without reading
-  it: JAX arrays are immutable (the component copies NumPy inputs it keeps, since on
-  the CPU a JAX array may share a NumPy buffer).
+- **Array contents are compared bitwise where they live.** A JAX array input stays
+  on its devices: a fingerprint, computed by a jitted reduction there (no host copy)
+  and only when cached keys of the same kind must be told apart, narrows the search;
+  `__eq__` decides by comparing the bits on the device. A NumPy input is compared on
+  the host, where it lives, at memory speed (its bits read as unsigned integers), and
+  never copied to the device just to be compared; a key that is kept holds a private,
+  read-only copy of it. Either way ``-0.0`` differs from ``0.0`` and NaN equals
+  itself. A host leaf carries the device it would be put on (JAX's default device
+  at the time), and differs in kind from a device leaf, so a NumPy input and a JAX
+  array of equal content are different keys (a miss, never a wrong hit). The
+  fingerprint salts each word with its position, so a permuted array lands
+  elsewhere. The same ``jax.Array`` object is equal to itself without reading it:
+  JAX arrays are immutable.
 """
 
 from __future__ import annotations
@@ -41,7 +46,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["ContentKey", "StaticValue", "bitwise_equal", "fingerprint"]
+__all__ = [
+    "ContentKey",
+    "StaticValue",
+    "bitwise_equal",
+    "fingerprint",
+    "host_equal",
+    "private_copy",
+]
 
 
 # -- static values ---------------------------------------------------------------
@@ -161,39 +173,98 @@ def bitwise_equal(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> bool:
     return bool(_bitwise_equal(a, b))
 
 
+# -- array contents, on the host ---------------------------------------------------
+
+
+def _host_bits(x: np.ndarray) -> np.ndarray:
+    """``x`` read as unsigned integers of its item size (no copy for the usual sizes)."""
+    size = x.dtype.itemsize
+    if size in (1, 2, 4, 8):
+        return x.view(np.dtype(f"u{size}"))
+    return np.ascontiguousarray(x).view(np.uint8)
+
+
+def host_equal(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether two NumPy arrays of equal dtype and shape hold the same bits."""
+    return bool(np.array_equal(_host_bits(x), _host_bits(y)))
+
+
 # -- the key ----------------------------------------------------------------------
 
 
-def _meta(x: jax.Array) -> tuple[Any, ...]:
+_HOST = "host"
+
+
+def _meta(x: jax.Array | np.ndarray) -> tuple[Any, ...]:
+    if isinstance(x, np.ndarray):
+        # Where it would be put: JAX's default device now (None: the backend's first).
+        return (x.dtype, x.shape, False, (_HOST, jax.config.jax_default_device))
     return (x.dtype, x.shape, x.weak_type, frozenset(x.devices()))
+
+
+def private_copy(x: np.ndarray) -> np.ndarray:
+    """A read-only copy of a NumPy array that nothing outside can change."""
+    copy = np.array(x, copy=True, order="C")
+    copy.flags.writeable = False
+    return copy
 
 
 class ContentKey:
     """The exact identity of one input: structure (with static values) and arrays.
 
-    Building a key reads no array: the fingerprint (`digest`) is computed on first
-    use, which `ResidualCache` asks for only when two keys of the same kind (equal
-    structure, dtypes, shapes, devices) must be told apart.
+    Building a key reads no array: the fingerprint (`digest`) of its device arrays is
+    computed on first use, which `ResidualCache` asks for only when two keys of the
+    same kind (equal structure, dtypes, shapes, devices) must be told apart. NumPy
+    leaves are compared on the host and left out of the fingerprint.
 
     **Arguments:**
 
     - `structure`: a hashable token with everything but the arrays (see `_tree`).
-    - `arrays`: the array leaves, as JAX arrays, in a fixed order.
+    - `arrays`: the array leaves, as JAX arrays or NumPy arrays (host inputs), in a
+      fixed order. A NumPy leaf must not change while the key is in use: a key that
+      is kept must hold private copies (`private`).
     """
 
-    __slots__ = ("_digest", "_kind_hash", "arrays", "groups", "metas", "structure")
+    __slots__ = (
+        "_digest",
+        "_kind_hash",
+        "arrays",
+        "groups",
+        "host",
+        "metas",
+        "structure",
+    )
 
-    def __init__(self, structure: Any, arrays: tuple[jax.Array, ...]) -> None:
+    def __init__(self, structure: Any, arrays: tuple[jax.Array | np.ndarray, ...]) -> None:
         self.structure = structure
         self.arrays = arrays
         self.metas = tuple(_meta(x) for x in arrays)
-        # One jitted call reads all arrays on one set of devices.
+        # One jitted call reads all device arrays on one set of devices.
         groups: dict[frozenset, list[int]] = {}
+        host: list[int] = []
         for i, meta in enumerate(self.metas):
-            groups.setdefault(meta[3], []).append(i)
+            if isinstance(arrays[i], np.ndarray):
+                host.append(i)
+            else:
+                groups.setdefault(meta[3], []).append(i)
         self.groups = tuple(tuple(ix) for ix in groups.values())
+        self.host = tuple(host)
         self._kind_hash = hash((structure, self.metas))
         self._digest: tuple[int, ...] | None = None
+
+    def private(self) -> ContentKey:
+        """This key with private, read-only copies of its NumPy leaves (itself when it
+        has none), fit to be kept after the caller's buffers change."""
+        if not self.host:
+            return self
+        arrays = list(self.arrays)
+        for i in self.host:
+            arrays[i] = private_copy(arrays[i])
+        key = ContentKey.__new__(ContentKey)
+        key.structure, key.arrays, key.metas = self.structure, tuple(arrays), self.metas
+        key.groups, key.host, key._kind_hash = self.groups, self.host, self._kind_hash
+        key._digest = self._digest
+        return key
 
     @property
     def nbytes(self) -> int:
@@ -201,7 +272,8 @@ class ContentKey:
 
     @property
     def digest(self) -> tuple[int, ...]:
-        """The fingerprints of the arrays, one per set of devices (computed once)."""
+        """The fingerprints of the device arrays, one per set of devices (computed
+        once); NumPy leaves are left out (they are compared exactly on the host)."""
         if self._digest is None:
             found = [fingerprint(tuple(self.arrays[i] for i in ix)) for ix in self.groups]
             self._digest = tuple(int(d) for d in found)
@@ -215,6 +287,10 @@ class ContentKey:
             and self.structure == other.structure
         )
 
+    def same_host(self, other: ContentKey) -> bool:
+        """Whether the NumPy leaves of two keys of the same kind hold the same bits."""
+        return all(host_equal(self.arrays[i], other.arrays[i]) for i in self.host)
+
     def __hash__(self) -> int:
         return hash((self._kind_hash, self.digest))
 
@@ -226,6 +302,9 @@ class ContentKey:
         if not self.same_kind(other):
             return False
         if self._digest is not None and other._digest is not None and self._digest != other._digest:
+            return False
+        # The host first: it answers at memory speed without waiting for a device.
+        if not self.same_host(other):
             return False
         for ix in self.groups:
             pairs = [(self.arrays[i], other.arrays[i]) for i in ix]

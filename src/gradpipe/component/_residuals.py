@@ -91,7 +91,8 @@ class ResidualCache:
 
     A lookup first keeps the entries of the same kind as the key (structure, static
     values, dtypes, shapes, devices: no array read); only when several remain are
-    they narrowed by fingerprint; an exact comparison on the device decides. These
+    they narrowed by the fingerprint of their device arrays; an exact comparison
+    decides, on the host for NumPy inputs and on the device for JAX arrays. These
     reads happen outside the lock, so threads do not queue behind each other's
     comparisons; an entry is immutable, so one evicted meanwhile still answers
     correctly.
@@ -141,13 +142,14 @@ class ResidualCache:
             return False
         with self._lock:
             kin = [(n, e) for n, e in self._entries.items() if e.key.same_kind(key)]
-        # An entry of the same kind with the same fingerprint is almost surely this
+        # An entry of the same kind with equal NumPy leaves (compared exactly, on the
+        # host) and the same fingerprint of its device leaves is almost surely this
         # input applied again: it is kept (and marked recently used) and the new
         # residuals, equal to the bit since the same program ran on the same input,
         # are dropped, so that their memory is reused at once. Were it another input,
         # the cost is a recomputation on the new input's next vjp, never a wrong
         # answer, since lookups compare exactly.
-        twins = [n for n, e in kin if e.key.digest == key.digest]
+        twins = [n for n, e in kin if e.key.same_host(key) and e.key.digest == key.digest]
         with self._lock:
             for serial in twins:
                 if serial in self._entries:

@@ -28,6 +28,7 @@ __all__ = [
     "flatten_inputs",
     "flatten_outputs",
     "loc_to_path",
+    "on_device",
     "rebuild",
     "to_device",
     "validation_error",
@@ -40,7 +41,9 @@ class FlatInputs:
     """A validated input, flattened.
 
     - `structure`: the hashable token described in the module docstring.
-    - `arrays`: the array leaves as JAX arrays of their declared dtype.
+    - `arrays`: the array leaves of their declared dtype: JAX arrays, or, when
+      flattened with ``host=True``, NumPy arrays for leaves given as anything but a
+      JAX array (see `on_device`).
     - `paths`: the canonical path of each array leaf.
     - `nodes`: the `ArrayNode` of each array leaf.
     """
@@ -57,6 +60,7 @@ def flatten_inputs(
     *,
     abstract: bool = False,
     private: bool = True,
+    host: bool = False,
 ) -> FlatInputs:
     """Flatten a validated input model along ``node``.
 
@@ -67,6 +71,11 @@ def flatten_inputs(
 
     With ``private=False``, device arrays may share memory with the caller's NumPy
     arrays (see `to_device`): only for work that finishes before the call returns.
+
+    With ``host=True``, leaves not given as JAX arrays stay NumPy arrays of their
+    declared dtype, sharing the caller's memory where they can (no copy, nothing
+    sent to a device): for a cache lookup that compares them where they live, and
+    `on_device` to compute with them afterwards.
     """
     arrays: list[jax.Array] = []
     paths: list[str] = []
@@ -81,6 +90,8 @@ def flatten_inputs(
                 raise ComponentInputError(path, f"Input {path!r}: {problem}.")
             if abstract:
                 array = _abstract_array(node, value, path)
+            elif host and not isinstance(value, jax.Array):
+                array = np.asarray(value, dtype=node.spec.dtype)
             else:
                 array = to_device(value, node.spec.dtype, private)
             if not node.spec.shape_matches(array.shape):
@@ -164,6 +175,16 @@ def to_device(value: Any, dtype: np.dtype, private: bool = True) -> jax.Array:
     if private:
         return jax.device_put(np.array(value, dtype=dtype, copy=True))
     return jax.device_put(np.asarray(value, dtype=dtype))
+
+
+def on_device(arrays: tuple[Any, ...], private: bool = True) -> tuple[jax.Array, ...]:
+    """The leaves of a ``host=True`` flattening as JAX arrays (see `to_device`); JAX
+    arrays pass through. ``private=False`` also suits NumPy leaves that are already
+    private copies (`private_copy`)."""
+    return tuple(
+        jax.device_put(np.array(a, copy=True) if private else a) if isinstance(a, np.ndarray) else a
+        for a in arrays
+    )
 
 
 def _field(node: ModelNode, value: Mapping[str, Any], name: str, path: str) -> Any:
