@@ -466,3 +466,21 @@ def test_a_hit_on_numpy_inputs_sends_only_the_cotangents_to_the_device(monkeypat
     assert comp.residual_cache.info().hits == 1 and not sent
     comp.vjp({"x": x + 1}, ["x"], ["y"], ct)  # a miss puts the input on the device
     assert comp.residual_cache.info().misses == 1 and len(sent) == 1
+
+
+def test_applying_an_input_again_keeps_one_entry():
+    comp, _ = counting_component(True)
+    x = np.linspace(0, 1, 1000, dtype=np.float32)
+    cache = comp.residual_cache
+    comp.apply({"x": x})
+    comp.apply({"x": x.copy()})
+    assert cache.info().entries == 1
+    comp.apply({"x": jnp.asarray(x)})  # a JAX array is another kind of key
+    comp.apply({"x": jnp.asarray(x)})
+    assert cache.info().entries == 2
+    x[0] = -0.0  # was 0.0: other bits, another entry
+    comp.apply({"x": x})
+    assert cache.info().entries == 3
+    assert not cache.touch(None)
+    cache.clear()
+    assert cache.twin(keys.ContentKey(((0,),), (x,))) is None

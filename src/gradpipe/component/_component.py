@@ -157,11 +157,14 @@ class Component:
         if not (sig.diff_in and sig.diff_out):
             leaves = self._programs.apply(sig)(self._params, arrays)
             return rebuild(self._out_node, sig.out_structure, leaves)
+        # Whether this input is kept already is asked before the forward pass runs, so
+        # that the comparison does not compete with it for the processor.
+        twin = None if cache is None else cache.twin(key)
         # The same compiled forward pass runs whether the cache is on or off, so that
         # the cache never changes a single bit of any result.
         leaves, vjp_fn = self._programs.keep(sig)(self._params, arrays)
-        if cache is not None:
-            cache.put(key, Residuals(self, sig, vjp_fn))
+        if cache is not None and not cache.touch(twin):
+            cache.put(key, Residuals(self, sig, vjp_fn), look=False)
         return rebuild(self._out_node, sig.out_structure, leaves)
 
     def apply_keep(

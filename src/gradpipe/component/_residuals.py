@@ -133,13 +133,11 @@ class ResidualCache:
                 self._entries.move_to_end(found[0])
         return found[1].residuals
 
-    def put(self, key: ContentKey, residuals: Residuals) -> bool:
-        """Keep ``residuals`` under ``key``; whether the cache now holds residuals for
-        ``key``'s input."""
-        held = {id(a) for a in _unique_arrays(residuals._vjp_fn)}
-        nbytes = residuals.nbytes + sum(a.nbytes for a in key.arrays if id(a) not in held)
-        if nbytes > self.limits.max_bytes or self.limits.max_entries == 0:
-            return False
+    def twin(self, key: ContentKey) -> int | None:
+        """The entry that almost surely holds ``key``'s input already (see `put`), by
+        an opaque handle for `touch`; ``None`` when there is none. `Component.apply`
+        asks before it runs the forward pass, so that the comparison does not compete
+        with it, and then skips building residuals it would drop."""
         with self._lock:
             kin = [(n, e) for n, e in self._entries.items() if e.key.same_kind(key)]
         # An entry of the same kind with equal NumPy leaves (compared exactly, on the
@@ -149,12 +147,31 @@ class ResidualCache:
         # are dropped, so that their memory is reused at once. Were it another input,
         # the cost is a recomputation on the new input's next vjp, never a wrong
         # answer, since lookups compare exactly.
-        twins = [n for n, e in kin if e.key.same_host(key) and e.key.digest == key.digest]
+        for serial, entry in kin:
+            if entry.key.same_host(key) and entry.key.digest == key.digest:
+                return serial
+        return None
+
+    def touch(self, twin: int | None) -> bool:
+        """Mark the entry `twin` found as recently used; whether it is still kept."""
+        if twin is None:
+            return False
         with self._lock:
-            for serial in twins:
-                if serial in self._entries:
-                    self._entries.move_to_end(serial)
-                    return True
+            if twin in self._entries:
+                self._entries.move_to_end(twin)
+                return True
+        return False
+
+    def put(self, key: ContentKey, residuals: Residuals, look: bool = True) -> bool:
+        """Keep ``residuals`` under ``key``; whether the cache now holds residuals for
+        ``key``'s input. With ``look=False`` the caller has already asked `twin`."""
+        held = {id(a) for a in _unique_arrays(residuals._vjp_fn)}
+        nbytes = residuals.nbytes + sum(a.nbytes for a in key.arrays if id(a) not in held)
+        if nbytes > self.limits.max_bytes or self.limits.max_entries == 0:
+            return False
+        if look and self.touch(self.twin(key)):
+            return True
+        with self._lock:
             self._serial += 1
             self._entries[self._serial] = _Entry(key, residuals, nbytes)
             self._nbytes += nbytes
