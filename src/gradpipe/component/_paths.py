@@ -27,6 +27,7 @@ __all__ = [
     "ComponentInputError",
     "canonical_path",
     "canonical_paths",
+    "path_pattern",
     "join_index",
     "join_key",
     "join_name",
@@ -49,8 +50,16 @@ class ComponentInputError(ValueError):
 
 
 _BARE_KEY = re.compile(r'[^\[\]"*]+')
-_SEGMENT = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[("(?:[^"\\]|\\.)*"|[^\[\]"]*)\]')
+_BRACKET = r'\[("(?:[^"\\]|\\.)*"|[^\[\]"]*)\]'
+_SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|" + _BRACKET)
+_ANY_BRACKET = re.compile(_BRACKET)
 _FIRST_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def path_pattern(path: str) -> str:
+    """The spec pattern a concrete path matches: every index or key becomes ``[*]``
+    (``"layers[0].w"`` -> ``"layers[*].w"``)."""
+    return _ANY_BRACKET.sub("[*]", path)
 
 
 def join_name(prefix: str, name: str) -> str:

@@ -8,19 +8,12 @@ path pattern is followed by ``[*]`` in some spec is a dict field.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gradpipe.component._paths import join_index, join_key, join_name
+from gradpipe.component._paths import join_index, join_key, join_name, path_pattern
 
 __all__ = ["flatten", "is_differentiable_path", "keyed_prefixes", "unflatten"]
-
-_BRACKET = re.compile(r'\[("(?:[^"\\]|\\.)*"|[^\[\]"]*)\]')
-
-
-def _general(path: str) -> str:
-    return _BRACKET.sub("[*]", path)
 
 
 def keyed_prefixes(spec_paths: Iterable[str]) -> frozenset[str]:
@@ -37,7 +30,7 @@ def keyed_prefixes(spec_paths: Iterable[str]) -> frozenset[str]:
 def _join(path: str, key: Any, keyed: frozenset[str]) -> str:
     if isinstance(key, int):
         return join_index(path, key)
-    if path and _general(path) in keyed:
+    if path and path_pattern(path) in keyed:
         return join_key(path, key)
     return join_name(path, key)
 
@@ -81,5 +74,5 @@ def unflatten(
 
 def is_differentiable_path(path: str, differentiable: Iterable[str]) -> bool:
     """Whether a concrete leaf path matches one of the spec patterns."""
-    general = _general(path)
+    general = path_pattern(path)
     return any(general == p for p in differentiable)
