@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 import pytest
-from conftest import NestedIn, NestedOut, nested_fn, nested_inputs
+from nested_models import NestedIn, NestedOut, nested_fn, nested_inputs
 
 import gradpipe as gp
 from gradpipe.component import Array, Component, ComponentInputError, Differentiable

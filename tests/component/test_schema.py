@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 import pytest
-from conftest import NestedIn, NestedOut
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from nested_models import NestedIn, NestedOut
 
 from gradpipe.component import (
     Array,

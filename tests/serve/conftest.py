@@ -8,19 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-HERE = Path(__file__).parent
-TOKEN = "test-token-0123"
-MAX_BODY = 1 << 20
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).parent))
 
-
-def json_array(values, dtype="float32"):
-    """A hand-written JSON array frame, with the numbers as a nested list."""
-    import numpy as np
-
-    shape = list(np.shape(values))
-    return {"object_type": "array", "dtype": dtype, "shape": shape,
-            "data": {"buffer": values, "encoding": "json"}}  # fmt: skip
+from serve_settings import HERE, MAX_BODY, TOKEN, json_array  # noqa: F401
 
 
 def _free_port() -> int:

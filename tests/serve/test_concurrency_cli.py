@@ -7,7 +7,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from conftest import TOKEN, json_array
+from serve_settings import TOKEN, json_array
 
 from gradpipe.serve import RemoteComponent
 
@@ -87,7 +87,7 @@ def test_gradpipe_call(server_url, tmp_path):
 
 
 def test_gradpipe_serve_refuses_a_target_that_is_not_a_component():
-    from conftest import HERE
+    from serve_settings import HERE
 
     command = [sys.executable, "-m", "gradpipe.cli", "serve", "served_components:forward",
                "--app-dir", str(HERE)]  # fmt: skip

@@ -3,7 +3,7 @@
 import httpx
 import numpy as np
 import pytest
-from conftest import TOKEN, json_array
+from serve_settings import TOKEN, json_array
 
 from gradpipe.serve import BINARY, JSON, RemoteComponent, decode, encode
 

@@ -4,7 +4,7 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
-from conftest import MAX_BODY, TOKEN
+from serve_settings import MAX_BODY, TOKEN
 
 from gradpipe.serve import BINARY, JSON, encode
 

@@ -129,7 +129,7 @@ def test_refused_connection_raises():
 
 
 def test_oversize_body_and_errors_through_the_raw_transport(server_url):
-    from conftest import MAX_BODY, TOKEN
+    from serve_settings import MAX_BODY, TOKEN
 
     from gradpipe.serve._client import RemoteError
 
