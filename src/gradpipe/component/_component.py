@@ -17,6 +17,7 @@ from gradpipe.core import Operator
 from ._endpoints import Programs, Selection, Signature
 from ._keys import ContentKey
 from ._paths import ComponentInputError, canonical_path
+from ._recompute import check_residuals
 from ._residuals import CacheLimits, ResidualCache, Residuals
 from ._schema import LeafSpec, leaf_specs, model_node
 from ._tree import FlatInputs, flatten_inputs, on_device, rebuild, to_device, validation_error
@@ -58,6 +59,15 @@ class Component:
     (and a `vjp` then runs the forward pass again). Use `apply_keep` and `vjp_from`
     to hold residuals yourself.
 
+    **Which residuals.** By default (``residuals="auto"``) the forward pass keeps the
+    outputs of costly operations (matrix products, loops, solves, custom derivative
+    rules) and the compiled backward pass recomputes elementwise arithmetic and
+    layout changes from them (``jax.checkpoint``): cheaper to redo than to write to
+    fresh memory and hold. A function with side effects or host callbacks keeps
+    everything, so its callbacks fire once per forward pass. ``"all"`` keeps every
+    residual, ``"inputs"`` only the inputs (the backward pass reruns the forward
+    pass), and any ``jax.checkpoint`` policy may be given instead.
+
     **Arguments:**
 
     - `fn`: a JAX-traceable callable (see above).
@@ -67,6 +77,8 @@ class Component:
       the component is called; with them off a call is refused rather than computed
       in 32 bits.
     - `residual_cache`: ``True`` (default limits), ``False``, or a `CacheLimits`.
+    - `residuals`: ``"auto"`` (default), ``"all"``, ``"inputs"`` or a
+      ``jax.checkpoint`` policy (see above).
 
     ```python
     class In(pydantic.BaseModel):
@@ -89,6 +101,7 @@ class Component:
         inputs: type[pydantic.BaseModel],
         outputs: type[pydantic.BaseModel],
         residual_cache: bool | CacheLimits = True,
+        residuals: Literal["auto", "all", "inputs"] | Callable[..., bool] = "auto",
     ) -> None:
         if not callable(fn):
             raise TypeError(f"Component needs a callable fn, got {type(fn).__name__}.")
@@ -103,6 +116,8 @@ class Component:
         static_out = [s.path for s in leaf_specs(self._out_node) if s.kind != "array"]
         if static_out:
             raise TypeError(f"Output fields must be arrays (Array[...]); {static_out[0]!r} is not.")
+        check_residuals(residuals)
+        self.residuals = residuals
         if residual_cache is True:
             residual_cache = CacheLimits()
         self.residual_cache: ResidualCache | None = (
@@ -121,7 +136,7 @@ class Component:
                 result = {only_output: result}
             return result
 
-        self._programs = Programs(call, self._in_node, self._out_node)
+        self._programs = Programs(call, self._in_node, self._out_node, residuals)
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__name__", type(self.fn).__name__)

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from ._paths import ComponentInputError, canonical_paths
+from ._recompute import has_host_effects, residual_policy
 from ._schema import ArrayNode, ModelNode, is_inexact
 from ._tree import flatten_outputs, rebuild
 
@@ -35,6 +36,8 @@ class Signature:
     - `out_structure`, `out_paths`, `out_nodes`, `out_avals`: the output leaves.
     - `diff_in`, `diff_out`: indices of the differentiable leaves of inexact dtype, the
       ones JAX differentiates (integer leaves get ``float0`` zeros instead).
+    - `host_effects`: whether the function has side effects or host callbacks (see
+      `_recompute`).
     """
 
     key: Any
@@ -45,6 +48,7 @@ class Signature:
     out_paths: tuple[str, ...]
     out_nodes: tuple[ArrayNode, ...]
     out_avals: tuple[jax.ShapeDtypeStruct, ...]
+    host_effects: bool
 
     @property
     def diff_in(self) -> tuple[int, ...]:
@@ -103,6 +107,8 @@ class Programs:
 
     - `call`: ``call(params, tree) -> output`` runs the component's function.
     - `in_node`, `out_node`: the model nodes of the inputs and outputs.
+    - `residuals`: what the forward pass keeps for the backward pass (see
+      `Component`).
     """
 
     def __init__(
@@ -110,9 +116,11 @@ class Programs:
         call: Callable[[Any, Any], Any],
         in_node: ModelNode,
         out_node: ModelNode,
+        residuals: Any = "auto",
         max_programs: int = 256,
     ) -> None:
         self._call = call
+        self._residuals = residuals
         self._in_node = in_node
         self._out_node = out_node
         self._max = max_programs
@@ -150,7 +158,7 @@ class Programs:
             holder["flat"] = flatten_outputs(self._out_node, output)
             return holder["flat"][2]
 
-        out_avals = jax.eval_shape(traced, params, avals)
+        jaxpr, out_avals = jax.make_jaxpr(traced, return_shape=True)(params, avals)
         out_structure, out_paths, _, out_nodes = holder["flat"]
         sig = Signature(
             key,
@@ -161,6 +169,7 @@ class Programs:
             tuple(out_paths),
             tuple(out_nodes),
             tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals),
+            has_host_effects(jaxpr),
         )
         with self._lock:
             self._signatures[key] = sig
@@ -208,9 +217,11 @@ class Programs:
 
     def keep(self, sig: Signature) -> Callable[..., tuple]:
         """``(params, arrays) -> (output leaves, vjp function)``: the forward pass through
-        ``jax.vjp`` with respect to every differentiable input of inexact dtype."""
+        ``jax.vjp`` with respect to every differentiable input of inexact dtype, under
+        ``jax.checkpoint`` when the residual policy recomputes some of them."""
         diff_in, diff_out = sig.diff_in, sig.diff_out
         rest = tuple(i for i in range(len(sig.out_paths)) if i not in diff_out)
+        policy = residual_policy(self._residuals, sig.host_effects)
 
         def build() -> Callable[..., tuple]:
             def keep(params: Any, arrays: tuple) -> tuple:
@@ -222,6 +233,8 @@ class Programs:
                     return tuple(leaves[o] for o in diff_out), tuple(leaves[o] for o in rest)
 
                 primal = tuple(arrays[i] for i in diff_in)
+                if policy is not None:
+                    forward = jax.checkpoint(forward, policy=policy)
                 diff, vjp_fn, other = jax.vjp(forward, primal, has_aux=True)
                 leaves: list[Any] = [None] * len(sig.out_paths)
                 for o, value in zip(diff_out, diff):

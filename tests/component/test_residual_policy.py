@@ -1,0 +1,175 @@
+"""Which residuals a component keeps: ``residuals="auto"`` recomputes elementwise work
+in the backward pass, keeps costly results, and keeps everything for functions with
+side effects; every setting gives the gradients of ``jax.grad``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pydantic
+import pytest
+
+from gradpipe.component import Array, Component, Differentiable
+
+N = 64
+
+
+class In(pydantic.BaseModel):
+    x: Differentiable[Array[np.float32, (N,)]]
+
+
+class Out(pydantic.BaseModel):
+    y: Differentiable[Array[np.float32, (N,)]]
+
+
+X = np.linspace(-2.0, 2.0, N, dtype=np.float32)
+CT = np.linspace(0.5, 1.5, N, dtype=np.float32)
+W = (np.random.default_rng(0).standard_normal((N, N)) / np.sqrt(N)).astype(np.float32)
+
+
+def elementwise(x):
+    return jnp.tanh(x) * jnp.sin(3.0 * x) + 0.5 * x * x
+
+
+def matmul(x):
+    return jnp.sin(W @ jnp.tanh(x))
+
+
+def loop(x):
+    return jax.lax.fori_loop(0, 20, lambda _, y: jnp.sin(y) + 0.1 * x, x)
+
+
+@jax.custom_jvp
+def cube_root(x):
+    return jax.lax.fori_loop(0, 30, lambda _, y: y - (y**3 + y - x) / (3 * y**2 + 1), x / 2)
+
+
+@cube_root.defjvp
+def _cube_root_jvp(primals, tangents):
+    y = cube_root(primals[0])
+    return y, tangents[0] / (3 * y**2 + 1)
+
+
+def solve(x):
+    return cube_root(x) * (1.0 + 0.1 * x)
+
+
+FUNCTIONS = {"elementwise": elementwise, "matmul": matmul, "loop": loop, "solve": solve}
+SETTINGS = ["auto", "all", "inputs", jax.checkpoint_policies.dots_saveable]
+
+
+def component(fn, residuals="auto"):
+    return Component(
+        lambda d: {"y": fn(d["x"])},
+        inputs=In,
+        outputs=Out,
+        residual_cache=False,
+        residuals=residuals,
+    )
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=["auto", "all", "inputs", "dots_saveable"])
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_every_setting_gives_the_gradient_of_jax_grad(name, setting):
+    fn = FUNCTIONS[name]
+    comp = component(fn, setting)
+    expected = jax.vjp(fn, jnp.asarray(X))[1](jnp.asarray(CT))[0]
+    outputs, residuals = comp.apply_keep({"x": X})
+    np.testing.assert_allclose(outputs["y"], fn(jnp.asarray(X)), rtol=1e-6, atol=1e-6)
+    got = comp.vjp_from(residuals, ["x"], ["y"], {"y": CT})["x"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        comp.vjp({"x": X}, ["x"], ["y"], {"y": CT})["x"], expected, rtol=1e-5, atol=1e-6
+    )
+
+
+def test_auto_holds_only_the_input_of_an_elementwise_function():
+    _, auto = component(elementwise).apply_keep({"x": X})
+    _, everything = component(elementwise, "all").apply_keep({"x": X})
+    assert auto.nbytes == X.nbytes
+    assert everything.nbytes >= 3 * X.nbytes
+
+
+def _primitives(fn, *args):
+    names = set()
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            names.add(eqn.primitive.name)
+            for value in eqn.params.values():
+                for inner in value if isinstance(value, tuple | list) else (value,):
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+                    elif hasattr(inner, "jaxpr") and hasattr(inner.jaxpr, "eqns"):
+                        walk(inner.jaxpr)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return names
+
+
+@pytest.mark.parametrize("name", ["solve", "matmul"])
+def test_auto_keeps_the_results_of_loops_and_products(name):
+    """The backward pass of ``auto`` runs no loop and no matrix product of the forward
+    pass again; that of ``inputs`` recomputes them."""
+    costly = {"solve": {"while", "scan"}, "matmul": {"dot_general"}}[name]
+    fn = FUNCTIONS[name]
+    _, auto = component(fn).apply_keep({"x": X})
+    _, inputs = component(fn, "inputs").apply_keep({"x": X})
+    ct = (jnp.asarray(CT),)
+    if name == "solve":
+        assert not costly & _primitives(auto._vjp_fn, ct)
+        assert costly & _primitives(inputs._vjp_fn, ct)
+    else:  # one product in the backward pass (the transpose), none recomputed
+        count = str(jax.make_jaxpr(auto._vjp_fn)(ct)).count("dot_general")
+        assert count == 1
+        assert str(jax.make_jaxpr(inputs._vjp_fn)(ct)).count("dot_general") == 2
+
+
+def test_a_function_with_a_debug_callback_runs_its_forward_pass_once():
+    fired = []
+
+    def noisy(x):
+        jax.debug.callback(lambda v: fired.append(1), x)
+        return jnp.sin(x) * x
+
+    comp = component(noisy)
+    _, residuals = comp.apply_keep({"x": X})
+    comp.vjp_from(residuals, ["x"], ["y"], {"y": CT})
+    jax.effects_barrier()
+    assert len(fired) == 1
+
+    recomputing = component(noisy, "inputs")
+    _, residuals = recomputing.apply_keep({"x": X})
+    recomputing.vjp_from(residuals, ["x"], ["y"], {"y": CT})
+    jax.effects_barrier()
+    assert len(fired) == 3  # "inputs" reruns the forward pass, callback included
+
+
+def test_a_function_with_a_host_callback_keeps_everything():
+    calls = []
+
+    def host_square(v):
+        calls.append(1)
+        return np.asarray(v) ** 2
+
+    @jax.custom_jvp
+    def square(x):
+        return jax.pure_callback(host_square, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    @square.defjvp
+    def _square_jvp(primals, tangents):
+        return square(primals[0]), 2 * primals[0] * tangents[0]
+
+    comp = component(lambda x: jnp.tanh(square(x)))
+    _, residuals = comp.apply_keep({"x": X})
+    grad = comp.vjp_from(residuals, ["x"], ["y"], {"y": CT})["x"]
+    assert len(calls) == 1
+    expected = CT * 2 * X / np.cosh(X.astype(np.float64) ** 2) ** 2
+    np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", ["dots", "", None, 3])
+def test_an_unknown_setting_is_refused_with_the_choices(bad):
+    with pytest.raises(ValueError, match="'auto', 'all', 'inputs'"):
+        component(elementwise, bad)
