@@ -126,11 +126,84 @@ def test_next_tiles_are_read_on_a_background_thread(rng, tiny_budget, monkeypatc
     readers = []
     real = _storage.PagedFile.read
 
-    def spy(self, region=None):
+    def spy(self, region=None, out=None):
         readers.append(threading.current_thread().name)
-        return real(self, region)
+        return real(self, region, out)
 
     monkeypatch.setattr(_storage.PagedFile, "read", spy)
     ooc.matmul(x, x)
     assert len(readers) > 2
     assert all(name.startswith("gradpipe-ooc-read") for name in readers)
+
+
+@dataclasses.dataclass(frozen=True)
+class Flip(ooc.BlockParallelOp):
+    """``x.T``, with a forward block that is a view of the input block: the driver
+    recycles input buffers, so it must copy such a result before the next read."""
+
+    def output_shape(self, s):
+        return (s[1], s[0])
+
+    def index_map(self, out_r, red_r, s):
+        return ((out_r[1], out_r[0]),)
+
+    def forward_block(self, x):
+        return x.T
+
+    def backward_block(self, g, x):
+        return (g.T,)
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnSumAsIs(ooc.BlockParallelOp):
+    """``x.sum(axis=0)`` whose partial is the input block itself when it is one row
+    tall, combined in place: an accumulator that aliases a recycled buffer."""
+
+    def output_shape(self, s):
+        return (1, s[1])
+
+    def reduction_shape(self, s):
+        return (s[0],)
+
+    def index_map(self, out_r, red_r, s):
+        return ((red_r[0], out_r[1]),)
+
+    def forward_block(self, x):
+        return x if x.shape[0] == 1 else x.sum(axis=0, keepdims=True)
+
+    def combine(self, acc, part):
+        acc += part
+        return acc
+
+    def backward_block(self, g, x):
+        return (np.broadcast_to(g, x.shape).copy(),)
+
+
+def test_results_that_alias_input_blocks_survive_buffer_reuse(rng):
+    X = rng.standard_normal((67, 200)).astype(np.float32)
+    x = ooc.DiskArray.from_numpy(X, page_shape=(1, 200))
+    with ooc.MemoryBudget(4096):  # one 800-byte row a step
+        np.testing.assert_array_equal(ooc.make_op(Flip)(x).to_numpy(force=True), X.T)
+        # every partial is an input buffer
+        got = ooc.make_op(ColumnSumAsIs)(x).to_numpy(force=True)
+    np.testing.assert_allclose(got, X.sum(0, keepdims=True), rtol=1e-5)
+
+
+def test_a_failed_background_write_fails_the_operation_and_leaves_nothing(rng, monkeypatch):
+    from gradpipe.ooc import _storage
+
+    a = ooc.DiskArray.from_numpy(rng.standard_normal((32, 32)).astype(np.float32))
+    before = set(ooc.get_scratch_dir().iterdir())
+    real = _storage.PagedFile.write
+    writes = []
+
+    def failing(self, region, data):
+        writes.append(1)
+        if len(writes) == 2:
+            raise OSError(28, "Disk full while writing (simulated)")
+        return real(self, region, data)
+
+    monkeypatch.setattr(_storage.PagedFile, "write", failing)
+    with pytest.raises(OSError, match="simulated"), ooc.MemoryBudget(8192):
+        ooc.matmul(a, a)
+    assert set(ooc.get_scratch_dir().iterdir()) == before

@@ -133,9 +133,25 @@ class Driver:
                 yield out_r, k == 0, k == len(reds) - 1, op.index_map(out_r, red_r, *shapes)
 
     def _prefetched(self, steps, sources: Sequence[Value]):
-        """Yield (step, blocks) with the next step's blocks read on a background thread."""
+        """Yield (step, blocks) with the next step's blocks read on a background thread.
+
+        Blocks are read into buffers that are recycled once no step uses them, so
+        after the first steps every read lands in memory already touched (fresh
+        pages cost more than the copy on some machines). The consumer must not keep
+        a block past its step: `forward` copies a block-aliasing result first.
+        """
         last: list[tuple[Any, np.ndarray | None]] = [(None, None)] * len(sources)
+        spare: list[list[np.ndarray]] = [[] for _ in sources]
         lock = threading.Lock()
+
+        def buffer(i: int, src: Value, region: Region) -> np.ndarray:
+            shape = tuple(s.stop - s.start for s in region)
+            with lock:
+                for k, b in enumerate(spare[i]):
+                    if b.shape == shape:
+                        return spare[i].pop(k)
+                spare[i].clear()  # other shapes (edge tiles): let them go
+            return np.empty(shape, src.dtype)
 
         def load(regions):
             blocks = []
@@ -146,18 +162,30 @@ class Driver:
                 if prev is not None and key == prev_key:
                     blocks.append(prev)
                     continue
-                b = self.read(src, r)
+                if isinstance(src, PagedFile) and r is not None:
+                    b = src.read(r, out=buffer(i, src, r))
+                else:
+                    b = self.read(src, r)
                 with lock:
                     last[i] = (key, b)
                 blocks.append(b)
             return blocks
 
+        def recycle(done: list[np.ndarray], still: list[np.ndarray]) -> None:
+            with lock:
+                for i, b in enumerate(done):
+                    if b is not still[i] and isinstance(sources[i], PagedFile):
+                        spare[i].append(b)
+
         steps = iter(steps)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradpipe-ooc-read") as pool:
             step = next(steps, None)
             fut = pool.submit(load, step[-1]) if step is not None else None
+            blocks = None
             while step is not None:
-                blocks = fut.result()
+                previous, blocks = blocks, fut.result()
+                if previous is not None:
+                    recycle(previous, blocks)
                 nxt = next(steps, None)
                 fut = pool.submit(load, nxt[-1]) if nxt is not None else None
                 yield step, blocks
@@ -182,21 +210,32 @@ class Driver:
         total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
         bar = self._bar(total, "forward")
         acc = None
+        # Finished output tiles are written on a second thread while the next tile
+        # computes; at most one write is pending, so two output tiles are alive.
+        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradpipe-ooc-write")
+        pending = None
         try:
             for (out_r, first, last, _), blocks in self._prefetched(steps, inputs):
                 part = op.forward_block(*blocks)
-                if first and not last and any(part is b for b in blocks):
-                    part = part.copy()  # `combine` may update the accumulator in place
+                if any(np.may_share_memory(part, b) for b in blocks):
+                    part = part.copy()  # blocks are recycled; `combine` may update in place
                 acc = part if first else op.combine(acc, part)
                 if last and out is not None:
-                    out.write(out_r, acc)
+                    if pending is not None:
+                        pending.result()
+                    pending = writer.submit(out.write, out_r, acc)
                 if bar is not None:
                     bar.update()
+            if pending is not None:
+                pending.result()
         except BaseException:
+            if pending is not None:
+                pending.exception()  # let the write finish before the file goes
             if out is not None:
                 out.discard()
             raise
         finally:
+            writer.shutdown()
             if bar is not None:
                 bar.close()
         if out is None:

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ._iostats import record_read, record_write
+from ._pieces import pwrite_all, read_pieces, region_pieces, write_pieces
 
 __all__ = [
     "FORMAT_VERSION",
@@ -243,11 +244,25 @@ class PagedFile:
         for lead in np.ndindex(*[h - lo_ for lo_, h in zip(lo[:-1], hi[:-1])]):
             yield (*[a + b for a, b in zip(lead, lo[:-1])], lo[-1]), hi[-1] - lo[-1]
 
-    def read(self, region: Region | None = None) -> np.ndarray:
-        """The values in ``region`` (a tuple of unit-step slices) as a new array."""
+    def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The values in ``region`` (a tuple of unit-step slices), in ``out`` when
+        given (a C-contiguous array of the region's shape and the file's dtype),
+        else in a new array."""
         region = self._normalize(region)
-        out = np.empty(tuple(s.stop - s.start for s in region), self.dtype)
+        shape = tuple(s.stop - s.start for s in region)
+        if out is None:
+            out = np.empty(shape, self.dtype)
+        elif out.shape != shape or out.dtype != self.dtype or not out.flags.c_contiguous:
+            raise ValueError(
+                f"read: out must be a C-contiguous {self.dtype} array of shape {shape}, "
+                f"got {out.dtype} {out.shape}."
+            )
         if out.size == 0:
+            return out
+        pieces = self._pieces(region)
+        if pieces is not None:
+            read_pieces(self._fd, out, pieces, self.path)
+            record_read(out.nbytes)
             return out
         ps = self.page_shape
         for first, run in self._page_runs(region):
@@ -264,19 +279,26 @@ class PagedFile:
         return out
 
     def write(self, region: Region | None, data: np.ndarray) -> None:
-        """Write ``data`` into ``region``; partial pages are read, merged and rewritten."""
+        """Write ``data`` into ``region``: row pieces straight from ``data`` where
+        they are long enough, else whole pages (partial ones read, merged and
+        rewritten)."""
         region = self._normalize(region)
         data = np.asarray(data, self.dtype)
         shape = tuple(s.stop - s.start for s in region)
         data = np.broadcast_to(data, shape)
         if data.size == 0:
             return
+        pieces = self._pieces(region)
+        if pieces is not None:
+            write_pieces(self._fd, np.ascontiguousarray(data), pieces, self.path)
+            record_write(data.nbytes)
+            return
         ps = self.page_shape
         for first, run in self._page_runs(region):
             offset = self._page_offset(first)
             if run == 1 and self._is_whole_page(region, first):
                 view = memoryview(np.ascontiguousarray(data)).cast("B")
-                _pwrite_all(self._fd, view, offset, self.path)
+                pwrite_all(self._fd, view, offset, self.path)
                 continue
             buf = np.empty((run, *ps), self.dtype)
             if not self._covers(region, first, run):
@@ -284,8 +306,18 @@ class PagedFile:
             else:
                 buf[...] = 0
             self._scatter(region, first, run, buf, data, to_pages=True)
-            _pwrite_all(self._fd, memoryview(buf).cast("B"), offset, self.path)
+            pwrite_all(self._fd, memoryview(buf).cast("B"), offset, self.path)
         record_write(data.nbytes)
+
+    def _pieces(self, region: Region):
+        if not self.shape:
+            return None
+        pages = (
+            (*first[:-1], first[-1] + r)
+            for first, run in self._page_runs(region)
+            for r in range(run)
+        )
+        return region_pieces(region, self.page_shape, self.dtype.itemsize, pages, self._page_offset)
 
     # -- helpers -----------------------------------------------------------
 
@@ -364,17 +396,6 @@ def _allocate(fd: int, size: int, path: str) -> None:
             os.ftruncate(fd, size)
             return
         raise
-
-
-def _pwrite_all(fd: int, view: memoryview, offset: int, path: str) -> None:
-    while view.nbytes:
-        try:
-            n = os.pwrite(fd, view, offset)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise OSError(e.errno, f"Disk full while writing {path!r}.") from e
-            raise
-        view, offset = view[n:], offset + n
 
 
 def _encode_header(shape, dtype: np.dtype, page_shape) -> bytes:

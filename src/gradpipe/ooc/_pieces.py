@@ -1,0 +1,132 @@
+"""Vectored I/O between a region of a paged file and a C-ordered array.
+
+Within one page, each run along the last axis is contiguous on disk, and so is its
+image in the region-shaped array. Reading or writing those *pieces* directly —
+``preadv``/``pwritev`` with one buffer per piece, and pieces that follow each other
+on disk batched into one call — moves every byte once: no page-sized staging
+buffer, no copy between it and the array, and no read-modify-write of partly
+covered pages. Where pieces would be short (a page one element wide, say), the
+system calls would cost more than the staging copy saves, and `region_pieces`
+answers ``None`` so that the caller takes the page-at-a-time path.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["Pieces", "pwrite_all", "read_pieces", "region_pieces", "write_pieces"]
+
+#: Regions whose pieces are shorter than this, and many, take the page path.
+MIN_PIECE_BYTES = 2048
+_MANY_PIECES = 256
+_IOV_MAX = 1024  # Linux's limit of buffers per preadv/pwritev call
+
+#: Per page touched: (file offsets, array byte offsets, bytes per piece).
+Pieces = list[tuple[np.ndarray, np.ndarray, int]]
+
+
+def region_pieces(
+    region: Sequence[slice],
+    page_shape: Sequence[int],
+    itemsize: int,
+    pages: Iterator[tuple[int, ...]],
+    page_offset: Callable[[tuple[int, ...]], int],
+) -> Pieces | None:
+    """The pieces of ``region`` in each of ``pages`` (the indices of the pages it
+    touches), or ``None`` when they are too short to be worth reading one by one."""
+    extent = [s.stop - s.start for s in region]
+    array_strides = [itemsize * int(np.prod(extent[ax + 1 :])) for ax in range(len(extent))]
+    page_strides = [itemsize * int(np.prod(page_shape[ax + 1 :])) for ax in range(len(extent))]
+    out: Pieces = []
+    shortest, count = None, 0
+    for index in pages:
+        file_offset = np.array(page_offset(index), np.int64)
+        array_offset = np.array(0, np.int64)
+        for ax, (s, p, i) in enumerate(zip(region, page_shape, index)):
+            lo, hi = max(s.start, i * p), min(s.stop, (i + 1) * p)
+            if ax == len(region) - 1:
+                width = (hi - lo) * itemsize
+                file_offset = file_offset + (lo - i * p) * itemsize
+                array_offset = array_offset + (lo - s.start) * itemsize
+                break
+            in_page = np.arange(lo - i * p, hi - i * p, dtype=np.int64) * page_strides[ax]
+            in_array = np.arange(lo - s.start, hi - s.start, dtype=np.int64) * array_strides[ax]
+            file_offset = np.add.outer(file_offset, in_page)
+            array_offset = np.add.outer(array_offset, in_array)
+        file_offset, array_offset = file_offset.ravel(), array_offset.ravel()
+        out.append((file_offset, array_offset, width))
+        shortest = width if shortest is None else min(shortest, width)
+        count += file_offset.size
+    if shortest is not None and shortest < MIN_PIECE_BYTES and count > _MANY_PIECES:
+        return None
+    return out
+
+
+def _batches(file_offsets: np.ndarray, length: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` index ranges of pieces that follow each other on disk, at
+    most `_IOV_MAX` long."""
+    breaks = np.flatnonzero(np.diff(file_offsets) != length) + 1
+    bounds = [0, *breaks.tolist(), file_offsets.size]
+    for lo, hi in itertools.pairwise(bounds):
+        for start in range(lo, hi, _IOV_MAX):
+            yield start, min(start + _IOV_MAX, hi)
+
+
+def read_pieces(fd: int, out: np.ndarray, pieces: Pieces, path: str) -> None:
+    """Fill the C-contiguous ``out`` (shaped like the region) from the file."""
+    view = memoryview(out).cast("B")
+    for file_offsets, array_offsets, length in pieces:
+        if not length:
+            continue
+        starts = array_offsets.tolist()
+        for lo, hi in _batches(file_offsets, length):
+            buffers = [view[a : a + length] for a in starts[lo:hi]]
+            if os.preadv(fd, buffers, int(file_offsets[lo])) != length * (hi - lo):
+                raise OSError(f"short read from {path!r}: the file is truncated.")
+
+
+def write_pieces(fd: int, data: np.ndarray, pieces: Pieces, path: str) -> None:
+    """Write the C-contiguous ``data`` (shaped like the region) into the file."""
+    view = memoryview(data).cast("B")
+    for file_offsets, array_offsets, length in pieces:
+        if not length:
+            continue
+        starts = array_offsets.tolist()
+        for lo, hi in _batches(file_offsets, length):
+            buffers = [view[a : a + length] for a in starts[lo:hi]]
+            offset = int(file_offsets[lo])
+            try:
+                done = os.pwritev(fd, buffers, offset)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise OSError(e.errno, f"Disk full while writing {path!r}.") from e
+                raise
+            _finish_short_write(fd, buffers, offset, done, path)
+
+
+def _finish_short_write(fd: int, buffers: list, offset: int, done: int, path: str) -> None:
+    """Write what a short ``pwritev`` left, one buffer at a time."""
+    for buffer in buffers:
+        if done >= buffer.nbytes:
+            done -= buffer.nbytes
+        else:
+            pwrite_all(fd, buffer[done:], offset + done, path)
+            done = 0
+        offset += buffer.nbytes
+
+
+def pwrite_all(fd: int, view: memoryview, offset: int, path: str) -> None:
+    """Write all of ``view`` at ``offset``; a full disk is an error naming the file."""
+    while view.nbytes:
+        try:
+            n = os.pwrite(fd, view, offset)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise OSError(e.errno, f"Disk full while writing {path!r}.") from e
+            raise
+        view, offset = view[n:], offset + n

@@ -1,0 +1,125 @@
+"""Reading and writing regions of paged files piece by piece (vectored I/O) gives
+the same bytes as the page-at-a-time path, reads only the region, and survives
+short writes, full disks and truncated files with clear errors."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gradpipe.ooc import _pieces
+from gradpipe.ooc._storage import PagedFile
+
+
+@st.composite
+def layouts(draw):
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 19)) for _ in range(ndim))
+    pages = tuple(draw(st.integers(1, n + 2)) for n in shape)
+    region = []
+    for n in shape:
+        lo = draw(st.integers(0, n - 1))
+        region.append(slice(lo, draw(st.integers(lo + 1, n))))
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.int16]))
+    return shape, pages, tuple(region), dtype
+
+
+def _page_path_only(monkeypatch):
+    monkeypatch.setattr(_pieces, "MIN_PIECE_BYTES", 1 << 40)
+    monkeypatch.setattr(_pieces, "_MANY_PIECES", -1)
+
+
+@pytest.mark.parametrize("path", ["pieces", "pages"])
+@settings(max_examples=60, deadline=None)
+@given(layout=layouts(), seed=st.integers(0, 2**16))
+def test_regions_read_and_write_like_numpy(path, layout, seed):
+    shape, pages, region, dtype = layout
+    rng = np.random.default_rng(seed)
+    with pytest.MonkeyPatch.context() as mp:
+        if path == "pages":
+            _page_path_only(mp)
+        x = (rng.standard_normal(shape) * 100).astype(dtype)
+        f = PagedFile.create(shape, dtype, pages)
+        f.write(None, x)
+        np.testing.assert_array_equal(f.read(region), x[region])
+        patch = (rng.standard_normal(x[region].shape) * 100).astype(dtype)
+        f.write(region, patch)
+        x[region] = patch
+        np.testing.assert_array_equal(f.read(None), x)
+        out = np.empty(x[region].shape, dtype)
+        assert f.read(region, out=out) is out
+        np.testing.assert_array_equal(out, x[region])
+        f.write(region, 7)  # a broadcast scalar
+        x[region] = 7
+        np.testing.assert_array_equal(f.read(None), x)
+        f.discard()
+
+
+def test_a_region_spanning_pages_reads_only_its_own_bytes(monkeypatch):
+    x = np.arange(96 * 96, dtype=np.float32).reshape(96, 96)
+    f = PagedFile.create(x.shape, x.dtype, (32, 32))
+    f.write(None, x)
+    got = []
+    real = os.preadv
+    monkeypatch.setattr(
+        os, "preadv", lambda fd, bufs, off: got.append(real(fd, bufs, off)) or got[-1]
+    )
+    region = (slice(10, 70), slice(20, 90))
+    np.testing.assert_array_equal(f.read(region), x[region])
+    assert sum(got) == x[region].nbytes  # no page read whole for a part of it
+    f.discard()
+
+
+def test_read_into_refuses_a_wrong_buffer():
+    f = PagedFile.create((8, 8), np.float32, (4, 4))
+    with pytest.raises(ValueError, match="C-contiguous float32 array of shape \\(8, 4\\)"):
+        f.read((slice(0, 8), slice(0, 4)), out=np.empty((8, 8), np.float32)[:, :4])
+    with pytest.raises(ValueError, match="float32"):
+        f.read((slice(0, 8), slice(0, 4)), out=np.empty((8, 4), np.float64))
+    f.discard()
+
+
+def test_a_short_vectored_write_is_finished(monkeypatch):
+    real = os.pwritev
+    calls = []
+
+    def short(fd, buffers, offset):
+        calls.append(1)
+        if len(calls) == 1:  # the first call writes half of its first buffer only
+            half = buffers[0][: buffers[0].nbytes // 2]
+            return real(fd, [half], offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "pwritev", short)
+    x = np.arange(64 * 64, dtype=np.float64).reshape(64, 64)
+    f = PagedFile.create(x.shape, x.dtype, (16, 64))
+    f.write(None, x)
+    np.testing.assert_array_equal(f.read(None), x)
+    f.discard()
+
+
+def test_a_full_disk_during_a_vectored_write_names_the_file(monkeypatch):
+    def full(fd, buffers, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    f = PagedFile.create((64, 64), np.float32, (16, 64))
+    monkeypatch.setattr(os, "pwritev", full)
+    with pytest.raises(OSError, match="Disk full while writing"):
+        f.write(None, np.ones((64, 64), np.float32))
+    f.discard()
+
+
+def test_a_file_truncated_after_opening_is_a_clear_error(tmp_path):
+    x = np.ones((128, 128), np.float32)
+    f = PagedFile.create(x.shape, x.dtype, (32, 128), path=tmp_path / "t.gpa")
+    f.write(None, x)
+    f.commit()
+    g = PagedFile.open(tmp_path / "t.gpa")
+    os.truncate(tmp_path / "t.gpa", 4096 + 1000)
+    with pytest.raises(OSError, match="truncated"):
+        g.read(None)
