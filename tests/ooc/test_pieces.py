@@ -123,3 +123,23 @@ def test_a_file_truncated_after_opening_is_a_clear_error(tmp_path):
     os.truncate(tmp_path / "t.gpa", 4096 + 1000)
     with pytest.raises(OSError, match="truncated"):
         g.read(None)
+
+
+def test_a_scalar_fill_is_written_a_slab_at_a_time(monkeypatch):
+    """A broadcast value is made contiguous in slabs of at most a few MiB, never as
+    one region-sized copy."""
+    from gradpipe.ooc import _storage
+
+    monkeypatch.setattr(_storage, "_STAGING_BYTES", 4096)
+    sizes = []
+    real = _pieces.write_pieces
+    monkeypatch.setattr(
+        _storage,
+        "write_pieces",
+        lambda fd, data, p, path: sizes.append(data.nbytes) or real(fd, data, p, path),
+    )
+    f = PagedFile.create((100, 64), np.float32, (16, 64))
+    f.write(None, np.float32(2.5))
+    np.testing.assert_array_equal(f.read(None), np.full((100, 64), 2.5, np.float32))
+    assert max(sizes) <= 4096 and sum(sizes) == 100 * 64 * 4
+    f.discard()

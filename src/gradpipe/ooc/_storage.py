@@ -52,6 +52,8 @@ SUFFIX = ".gpa"
 
 Region = tuple[slice, ...]
 
+_STAGING_BYTES = 8 * 2**20  # the most `write` copies at once to make data contiguous
+
 
 # ---------------------------------------------------------------- scratch dir
 
@@ -287,6 +289,15 @@ class PagedFile:
         shape = tuple(s.stop - s.start for s in region)
         data = np.broadcast_to(data, shape)
         if data.size == 0:
+            return
+        if not data.flags.c_contiguous and data.nbytes > _STAGING_BYTES and shape[0] > 1:
+            # A broadcast or strided `data` is made contiguous a slab at a time, so a
+            # scalar fill never costs a region-sized copy.
+            step = max(1, shape[0] * _STAGING_BYTES // data.nbytes)
+            for lo in range(0, shape[0], step):
+                hi = min(lo + step, shape[0])
+                sub = (slice(region[0].start + lo, region[0].start + hi), *region[1:])
+                self.write(sub, data[lo:hi])
             return
         pieces = self._pieces(region)
         if pieces is not None:
