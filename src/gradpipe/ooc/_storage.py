@@ -3,7 +3,8 @@
 A file is a 4096-byte header followed by pages. The array is cut into a grid of
 pages of one ``page_shape``; each page is stored whole (edge pages padded with
 zeros) in C order of the page grid, so a tile that equals a page is one contiguous
-read, and a tile spanning several pages of one page row is one read per page row.
+read. Other regions move as row pieces straight between the file and the array
+(`_pieces`): each byte once, with no staging page and no read-modify-write.
 
 The header is ``MAGIC``, then a little-endian ``uint32`` length, then JSON with the
 format version, shape, dtype and page shape.
