@@ -173,3 +173,69 @@ def test_a_function_with_a_host_callback_keeps_everything():
 def test_an_unknown_setting_is_refused_with_the_choices(bad):
     with pytest.raises(ValueError, match="'auto', 'all', 'inputs'"):
         component(elementwise, bad)
+
+
+def test_effects_inside_a_custom_derivative_rule_keep_everything():
+    """The primal is pure; the custom rule's forward half prints. The check runs on
+    the differentiated function, so it sees the rule and nothing is recomputed."""
+    fired = []
+
+    @jax.custom_vjp
+    def scaled(x):
+        return 2.0 * jnp.sin(x)
+
+    def scaled_fwd(x):
+        jax.debug.callback(lambda v: fired.append(1), x)
+        return 2.0 * jnp.sin(x), jnp.cos(x)
+
+    def scaled_bwd(cos_x, ct):
+        return (2.0 * cos_x * ct,)
+
+    scaled.defvjp(scaled_fwd, scaled_bwd)
+    comp = component(lambda x: scaled(x) * x)
+    _, residuals = comp.apply_keep({"x": X})
+    grad = comp.vjp_from(residuals, ["x"], ["y"], {"y": CT})["x"]
+    jax.effects_barrier()
+    assert len(fired) == 1
+    x64 = X.astype(np.float64)
+    expected = CT * (2 * np.cos(x64) * x64 + 2 * np.sin(x64))
+    np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_ordered_io_callback_in_a_custom_rule_works_under_auto():
+    from jax.experimental import io_callback
+
+    seen = []
+
+    @jax.custom_vjp
+    def logged(x):
+        return jnp.tanh(x)
+
+    def logged_fwd(x):
+        io_callback(lambda v: seen.append(np.asarray(v).sum()), None, x, ordered=True)
+        return jnp.tanh(x), x
+
+    def logged_bwd(x, ct):
+        return (ct / jnp.cosh(x) ** 2,)
+
+    logged.defvjp(logged_fwd, logged_bwd)
+    comp = component(logged)
+    got = comp.vjp({"x": X}, ["x"], ["y"], {"y": CT})["x"]
+    np.testing.assert_allclose(got, CT / np.cosh(X.astype(np.float64)) ** 2, rtol=1e-5)
+    assert len(seen) == 1
+
+
+def test_a_component_over_out_of_core_operations_differentiates_under_auto():
+    from gradpipe import ooc
+
+    A = np.random.default_rng(1).standard_normal((N, N)).astype(np.float32)
+    a = ooc.DiskArray.from_numpy(A)
+
+    def f(x):
+        return x * ooc.sum(ooc.matmul(a, a))
+
+    comp = component(f)
+    total = np.float64((A.astype(np.float64) @ A).sum())
+    np.testing.assert_allclose(comp.apply({"x": X})["y"], X * total, rtol=1e-4)
+    got = comp.vjp({"x": X}, ["x"], ["y"], {"y": CT})["x"]
+    np.testing.assert_allclose(got, CT * total, rtol=1e-4)

@@ -142,4 +142,34 @@ def test_a_scalar_fill_is_written_a_slab_at_a_time(monkeypatch):
     f.write(None, np.float32(2.5))
     np.testing.assert_array_equal(f.read(None), np.full((100, 64), 2.5, np.float32))
     assert max(sizes) <= 4096 and sum(sizes) == 100 * 64 * 4
+    sizes.clear()
+    f.write((slice(3, 4), slice(0, 64)), np.float32(-1))  # one row: cut along columns
+    f.write((slice(0, 100), slice(5, 6)), np.float32(-2))  # one column: cut along rows
+    want = np.full((100, 64), 2.5, np.float32)
+    want[3], want[:, 5] = -1, -2
+    np.testing.assert_array_equal(f.read(None), want)
+    f.discard()
+    g = PagedFile.create((1, 5000), np.float32, (1, 1024))
+    sizes.clear()
+    g.write(None, np.float32(4))
+    assert max(sizes) <= 4096 and sum(sizes) == 5000 * 4
+    np.testing.assert_array_equal(g.read(None), np.full((1, 5000), 4, np.float32))
+    g.discard()
+
+
+def test_a_short_vectored_read_is_finished(monkeypatch):
+    real = os.preadv
+    calls = []
+
+    def short(fd, buffers, offset):
+        calls.append(1)
+        if len(calls) == 1:  # the first call fills a third of its first buffer only
+            return real(fd, [buffers[0][: buffers[0].nbytes // 3]], offset)
+        return real(fd, buffers, offset)
+
+    x = np.arange(64 * 64, dtype=np.float64).reshape(64, 64)
+    f = PagedFile.create(x.shape, x.dtype, (16, 64))
+    f.write(None, x)
+    monkeypatch.setattr(os, "preadv", short)
+    np.testing.assert_array_equal(f.read((slice(5, 60), slice(0, 64))), x[5:60])
     f.discard()

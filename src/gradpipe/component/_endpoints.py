@@ -36,8 +36,6 @@ class Signature:
     - `out_structure`, `out_paths`, `out_nodes`, `out_avals`: the output leaves.
     - `diff_in`, `diff_out`: indices of the differentiable leaves of inexact dtype, the
       ones JAX differentiates (integer leaves get ``float0`` zeros instead).
-    - `host_effects`: whether the function has side effects or host callbacks (see
-      `_recompute`).
     """
 
     key: Any
@@ -48,7 +46,6 @@ class Signature:
     out_paths: tuple[str, ...]
     out_nodes: tuple[ArrayNode, ...]
     out_avals: tuple[jax.ShapeDtypeStruct, ...]
-    host_effects: bool
 
     @property
     def diff_in(self) -> tuple[int, ...]:
@@ -158,7 +155,7 @@ class Programs:
             holder["flat"] = flatten_outputs(self._out_node, output)
             return holder["flat"][2]
 
-        jaxpr, out_avals = jax.make_jaxpr(traced, return_shape=True)(params, avals)
+        out_avals = jax.eval_shape(traced, params, avals)
         out_structure, out_paths, _, out_nodes = holder["flat"]
         sig = Signature(
             key,
@@ -169,7 +166,6 @@ class Programs:
             tuple(out_paths),
             tuple(out_nodes),
             tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals),
-            has_host_effects(jaxpr),
         )
         with self._lock:
             self._signatures[key] = sig
@@ -221,7 +217,6 @@ class Programs:
         ``jax.checkpoint`` when the residual policy recomputes some of them."""
         diff_in, diff_out = sig.diff_in, sig.diff_out
         rest = tuple(i for i in range(len(sig.out_paths)) if i not in diff_out)
-        policy = residual_policy(self._residuals, sig.host_effects)
 
         def build() -> Callable[..., tuple]:
             def keep(params: Any, arrays: tuple) -> tuple:
@@ -233,6 +228,12 @@ class Programs:
                     return tuple(leaves[o] for o in diff_out), tuple(leaves[o] for o in rest)
 
                 primal = tuple(arrays[i] for i in diff_in)
+
+                def host_effects() -> bool:  # traced once, when this program compiles
+                    probe = jax.make_jaxpr(lambda p: jax.vjp(forward, p, has_aux=True))
+                    return has_host_effects(probe(primal))
+
+                policy = residual_policy(self._residuals, host_effects)
                 if policy is not None:
                     forward = jax.checkpoint(forward, policy=policy)
                 diff, vjp_fn, other = jax.vjp(forward, primal, has_aux=True)

@@ -6,15 +6,17 @@ the backward pass cheapest, but each kept value is a fresh device buffer written
 the forward pass and held until the backward pass runs — for a served component,
 until the client asks for the VJP. Elementwise arithmetic and layout operations are
 far cheaper to recompute than to write out and hold, so by default a component
-keeps the outputs of everything else (matrix products, loops, solves, custom
-derivative rules) and recomputes the elementwise operations inside the compiled
+keeps the outputs of everything else (matrix products, loops, solves) and
+recomputes the elementwise operations inside the compiled
 backward pass, through ``jax.checkpoint``. The gradients are the same function of
 the same inputs; only where the work happens changes.
 
 Recomputation runs part of the forward pass a second time, so a function with side
-effects (``jax.debug.callback``, ``io_callback``) or host callbacks
-(``pure_callback``, a `RemoteComponent`) keeps everything instead: its callbacks
-then fire once per forward pass, as written.
+effects (``jax.debug.callback``, ``io_callback``), host callbacks (``pure_callback``,
+a `RemoteComponent`) or primitives defined outside JAX (`gradpipe.ooc` operations)
+keeps everything instead: its callbacks then fire once per forward pass, as written.
+The check runs on the differentiated forward pass, so it sees inside custom
+derivative rules too.
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ RESIDUAL_CHOICES = ("auto", "all", "inputs")
 _CHEAP = frozenset(
     """
     abs acos acosh add and asin asinh atan atan2 atanh broadcast_in_dim cbrt ceil clamp
-    concatenate convert_element_type copy copy_p cos cosh div eq erf erf_inv erfc exp
-    exp2 expand_dims expm1 floor ge gt imag integer_pow is_finite le log log1p logistic
-    lt max min mul ne neg nextafter not one_minus_square or pad pow real
-    reduce_precision rem reshape rev round rsqrt select_n sign sin sinh slice sqrt
-    square squeeze sub tan tanh transpose xor
+    complex concatenate conj convert_element_type copy cos cosh div eq erf erf_inv erfc
+    exp exp2 expm1 floor ge gt imag integer_pow iota is_finite le log log1p logistic lt
+    max min mul ne neg nextafter not one_minus_square or pad pow real reduce_precision
+    rem reshape rev round rsqrt select_n sign sin sinh slice split sqrt square squeeze
+    sub tan tanh transpose xor
     """.split()  # noqa: SIM905 (a word list reads better than 75 quoted names)
 )
 
@@ -59,10 +61,11 @@ def check_residuals(residuals: Any) -> None:
     )
 
 
-def residual_policy(residuals: Any, host_effects: bool) -> Callable[..., bool] | None:
+def residual_policy(residuals: Any, host_effects: Callable[[], bool]) -> Callable[..., bool] | None:
     """The ``jax.checkpoint`` policy for a ``residuals=`` setting, or ``None`` to keep
-    every residual (no ``jax.checkpoint`` at all)."""
-    if residuals == "all" or (residuals == "auto" and host_effects):
+    every residual (no ``jax.checkpoint`` at all). ``host_effects`` is asked only for
+    ``"auto"``."""
+    if residuals == "all" or (residuals == "auto" and host_effects()):
         return None
     if residuals == "auto":
         return _keep_costly
@@ -72,10 +75,18 @@ def residual_policy(residuals: Any, host_effects: bool) -> Callable[..., bool] |
 
 
 def has_host_effects(closed_jaxpr: Any) -> bool:
-    """Whether a traced function has side effects or calls back into Python."""
+    """Whether a traced function has side effects, calls back into Python, or holds a
+    primitive defined outside JAX (``call_hi_primitive``: `gradpipe.ooc` operations),
+    whose derivative rules ``jax.checkpoint`` cannot be trusted to rerun.
+
+    Trace the *differentiated* function (``jax.vjp`` of it): custom derivative rules
+    are opaque thunks in the primal jaxpr and appear only once differentiated."""
     if closed_jaxpr.effects:
         return True
-    return any("callback" in eqn.primitive.name for eqn in _equations(closed_jaxpr.jaxpr))
+    return any(
+        "callback" in eqn.primitive.name or eqn.primitive.name == "call_hi_primitive"
+        for eqn in _equations(closed_jaxpr.jaxpr)
+    )
 
 
 def _equations(jaxpr: Any) -> Iterator[Any]:

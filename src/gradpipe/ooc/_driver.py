@@ -163,6 +163,7 @@ class Driver:
                     blocks.append(prev)
                     continue
                 if isinstance(src, PagedFile) and r is not None:
+                    r = src.normalize(r)
                     b = src.read(r, out=buffer(i, src, r))
                 else:
                     b = self.read(src, r)

@@ -86,8 +86,28 @@ def read_pieces(fd: int, out: np.ndarray, pieces: Pieces, path: str) -> None:
         starts = array_offsets.tolist()
         for lo, hi in _batches(file_offsets, length):
             buffers = [view[a : a + length] for a in starts[lo:hi]]
-            if os.preadv(fd, buffers, int(file_offsets[lo])) != length * (hi - lo):
+            offset = int(file_offsets[lo])
+            done = os.preadv(fd, buffers, offset)
+            if done != length * (hi - lo):
+                _finish_short_read(fd, buffers, offset, done, path)
+
+
+def _finish_short_read(fd: int, buffers: list, offset: int, done: int, path: str) -> None:
+    """Read what a short ``preadv`` left (one call moves at most about 2 GiB); the end
+    of the file before the buffers are full means it was truncated."""
+    for buffer in buffers:
+        if done >= buffer.nbytes:
+            done -= buffer.nbytes
+            offset += buffer.nbytes
+            continue
+        rest, at = buffer[done:], offset + done
+        while rest.nbytes:
+            n = os.preadv(fd, [rest], at)
+            if n == 0:
                 raise OSError(f"short read from {path!r}: the file is truncated.")
+            rest, at = rest[n:], at + n
+        done = 0
+        offset += buffer.nbytes
 
 
 def write_pieces(fd: int, data: np.ndarray, pieces: Pieces, path: str) -> None:

@@ -251,7 +251,7 @@ class PagedFile:
         """The values in ``region`` (a tuple of unit-step slices), in ``out`` when
         given (a C-contiguous array of the region's shape and the file's dtype),
         else in a new array."""
-        region = self._normalize(region)
+        region = self.normalize(region)
         shape = tuple(s.stop - s.start for s in region)
         if out is None:
             out = np.empty(shape, self.dtype)
@@ -285,21 +285,25 @@ class PagedFile:
         """Write ``data`` into ``region``: row pieces straight from ``data`` where
         they are long enough, else whole pages (partial ones read, merged and
         rewritten)."""
-        region = self._normalize(region)
+        region = self.normalize(region)
         data = np.asarray(data, self.dtype)
         shape = tuple(s.stop - s.start for s in region)
         data = np.broadcast_to(data, shape)
         if data.size == 0:
             return
-        if not data.flags.c_contiguous and data.nbytes > _STAGING_BYTES and shape[0] > 1:
-            # A broadcast or strided `data` is made contiguous a slab at a time, so a
-            # scalar fill never costs a region-sized copy.
-            step = max(1, shape[0] * _STAGING_BYTES // data.nbytes)
-            for lo in range(0, shape[0], step):
-                hi = min(lo + step, shape[0])
-                sub = (slice(region[0].start + lo, region[0].start + hi), *region[1:])
-                self.write(sub, data[lo:hi])
-            return
+        if not data.flags.c_contiguous and data.nbytes > _STAGING_BYTES:
+            # A broadcast or strided `data` is made contiguous a slab at a time, cut
+            # along its first axis longer than one, so a scalar fill never costs a
+            # region-sized copy.
+            ax = next((i for i, n in enumerate(shape) if n > 1), None)
+            if ax is not None:
+                step = max(1, shape[ax] * _STAGING_BYTES // data.nbytes)
+                for lo in range(0, shape[ax], step):
+                    hi = min(lo + step, shape[ax])
+                    start = region[ax].start
+                    sub = (*region[:ax], slice(start + lo, start + hi), *region[ax + 1 :])
+                    self.write(sub, data[(slice(None),) * ax + (slice(lo, hi),)])
+                return
         pieces = self._pieces(region)
         if pieces is not None:
             write_pieces(self._fd, np.ascontiguousarray(data), pieces, self.path)
@@ -333,7 +337,8 @@ class PagedFile:
 
     # -- helpers -----------------------------------------------------------
 
-    def _normalize(self, region: Region | None) -> Region:
+    def normalize(self, region: Region | None) -> Region:
+        """``region`` with every ``None`` bound filled in (``None``: the whole array)."""
         if region is None:
             return tuple(slice(0, n) for n in self.shape)
         return tuple(
