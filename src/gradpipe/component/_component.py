@@ -60,11 +60,12 @@ class Component:
     to hold residuals yourself.
 
     **Which residuals.** By default (``residuals="auto"``) the forward pass keeps the
-    outputs of costly operations (matrix products, loops, solves, custom derivative
-    rules) and the compiled backward pass recomputes elementwise arithmetic and
-    layout changes from them (``jax.checkpoint``): cheaper to redo than to write to
-    fresh memory and hold. A function with side effects or host callbacks keeps
-    everything, so its callbacks fire once per forward pass. ``"all"`` keeps every
+    outputs of costly operations (matrix products, loops, solves) and the compiled
+    backward pass recomputes elementwise arithmetic and layout changes from them
+    (``jax.checkpoint``): cheaper to redo than to write to fresh memory and hold. A
+    function with side effects, host callbacks or `gradpipe.ooc` operations (also
+    inside custom derivative rules) keeps everything, so its callbacks fire once per
+    forward pass. ``"all"`` keeps every
     residual, ``"inputs"`` only the inputs (the backward pass reruns the forward
     pass), and any ``jax.checkpoint`` policy may be given instead.
 
