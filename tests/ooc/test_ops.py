@@ -305,3 +305,30 @@ def test_empty_arrays(tiny_budget):
     np.testing.assert_array_equal(mem(ooc.sum(x, axis=0)), np.zeros(5))
     assert (x @ y).shape == (0, 3)
     assert jax.grad(lambda x: ooc.sum(x @ y))(x).shape == (0, 5)
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize(
+    "dtypes",
+    [("float32", "float32"), ("float64", "float64"), ("float32", "float64"), ("int32", "int32")],
+)
+def test_matmul_blocks_write_and_accumulate_in_place(ta, tb, dtypes):
+    """`forward_into` (BLAS gemm with beta 0, then 1) against NumPy, from an output
+    tile full of NaN (beta 0 must overwrite, never scale, what is there)."""
+    from gradpipe.ooc.ops._matmul import MatMul
+
+    rng = np.random.default_rng(3)
+    m, k, n = 7, 5, 3
+    a = (rng.standard_normal((k, m) if ta else (m, k)) * 4).astype(dtypes[0])
+    b = (rng.standard_normal((n, k) if tb else (k, n)) * 4).astype(dtypes[1])
+    a2, b2 = (a * 2).astype(a.dtype), (b - 1).astype(b.dtype)
+    op = MatMul(ta, tb)
+    want = op.forward_block(a, b) + op.forward_block(a2, b2)
+    out = np.empty(want.shape, want.dtype)
+    if out.dtype.kind == "f":
+        out[...] = np.nan
+    op.forward_into(out, a, b, accumulate=False)
+    op.forward_into(out, a2, b2, accumulate=True)
+    rtol = 1e-5 if want.dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, want, rtol=rtol)

@@ -80,16 +80,16 @@ def test_interrupted_write_leaves_no_partial_array(tmp_path, monkeypatch):
 def test_interrupted_operation_leaves_no_output_file(rng, monkeypatch):
     a = ooc.DiskArray.from_numpy(rng.standard_normal((32, 32)).astype(np.float32))
     before = set(ooc.get_scratch_dir().iterdir())
-    real = ooc.ops._matmul.MatMul.forward_block
+    real = ooc.ops._matmul.MatMul.forward_into
     calls = []
 
-    def boom(self, x, y):
+    def boom(self, out, x, y, accumulate):
         calls.append(1)
         if len(calls) == 3:
             raise RuntimeError("simulated failure")
-        return real(self, x, y)
+        return real(self, out, x, y, accumulate)
 
-    monkeypatch.setattr(ooc.ops._matmul.MatMul, "forward_block", boom)
+    monkeypatch.setattr(ooc.ops._matmul.MatMul, "forward_into", boom)
     with pytest.raises(RuntimeError, match="simulated"), ooc.MemoryBudget(8192):
         ooc.matmul(a, a)
     assert set(ooc.get_scratch_dir().iterdir()) == before

@@ -41,6 +41,15 @@ def _regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
         yield tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
 
 
+def _take(free: list[np.ndarray], shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A buffer of ``shape`` from ``free`` (others there are dropped), or a new one."""
+    for k, b in enumerate(free):
+        if b.shape == shape:
+            return free.pop(k)
+    free.clear()
+    return np.empty(shape, dtype)
+
+
 def _nbytes(region: Region | None, itemsize: int) -> int:
     if region is None:
         return itemsize
@@ -215,16 +224,28 @@ class Driver:
         # computes; at most one write is pending, so two output tiles are alive.
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradpipe-ooc-write")
         pending = None
+        # With `forward_into` the op writes and accumulates into an output tile the
+        # driver owns; tiles whose write has finished are reused.
+        into = getattr(op, "forward_into", None) if out is not None else None
+        written: list[np.ndarray] = []
+        pending_tile = None
         try:
             for (out_r, first, last, _), blocks in self._prefetched(steps, inputs):
-                part = op.forward_block(*blocks)
-                if any(np.may_share_memory(part, b) for b in blocks):
-                    part = part.copy()  # blocks are recycled; `combine` may update in place
-                acc = part if first else op.combine(acc, part)
+                if into is not None:
+                    if first:
+                        acc = _take(written, tuple(s.stop - s.start for s in out_r), dtype)
+                    into(acc, *blocks, accumulate=not first)
+                else:
+                    part = op.forward_block(*blocks)
+                    if any(np.may_share_memory(part, b) for b in blocks):
+                        part = part.copy()  # blocks are recycled; `combine` may update in place
+                    acc = part if first else op.combine(acc, part)
                 if last and out is not None:
                     if pending is not None:
                         pending.result()
-                    pending = writer.submit(out.write, out_r, acc)
+                        if into is not None:
+                            written.append(pending_tile)
+                    pending, pending_tile = writer.submit(out.write, out_r, acc), acc
                 if bar is not None:
                     bar.update()
             if pending is not None:

@@ -65,7 +65,12 @@ class BlockParallelOp(_OpBase):
       ``backward_uses_output = True`` it is called as
       ``backward_block(g_block, out_block, *blocks)``.
     - optionally `reduction_shape(*input_shapes)` and `combine(acc, part)`
-      (default ``acc + part``).
+      (default ``acc + part``, in place).
+    - optionally `forward_into(out, *blocks, accumulate)`: write the partial into
+      the C-contiguous output tile ``out`` (``accumulate=False``, first reduction
+      step) or add it there (later steps), instead of `forward_block` + `combine`;
+      a kernel that accumulates in place (BLAS ``gemm`` with ``beta=1``) then needs
+      no partial tile at all.
 
     Instances must be hashable (use a frozen dataclass for configuration): equal
     operations on equal input types share one compilation.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import blas
 
 from .._op import BlockParallelOp, apply, frozen
 
@@ -50,6 +51,32 @@ class MatMul(BlockParallelOp):
     def forward_block(self, a, b):
         return np.matmul(a.T if self.transpose_a else a, b.T if self.transpose_b else b)
 
+    def forward_into(self, out, a, b, accumulate):
+        """``out (+)= op(a) @ op(b)`` in one BLAS ``gemm`` call, accumulating with
+        ``beta=1``: no partial tile, no separate addition pass."""
+        gemm = _gemm(out, a, b)
+        if gemm is None:  # mixed or non-BLAS dtypes
+            part = self.forward_block(a, b)
+            if accumulate:
+                out += part
+            else:
+                out[...] = part
+            return
+        # In Fortran order the C-ordered tiles are their transposes, so compute
+        # out.T (+)= op(b).T @ op(a).T on the transposed views: nothing is copied.
+        result = gemm(
+            1.0,
+            b.T,
+            a.T,
+            beta=1.0 if accumulate else 0.0,
+            c=out.T,
+            trans_a=int(self.transpose_b),
+            trans_b=int(self.transpose_a),
+            overwrite_c=True,
+        )
+        if not np.shares_memory(result, out):  # the wrapper copied after all
+            out[...] = result.T
+
     def backward_block(self, g, a, b):
         A = a.T if self.transpose_a else a
         B = b.T if self.transpose_b else b
@@ -87,3 +114,17 @@ def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, budget
     operands; the backward pass is two more out-of-core matmuls.
     """
     return apply(MatMul(bool(transpose_a), bool(transpose_b)), a, b, budget=budget)
+
+
+_BLAS_TYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+
+
+def _gemm(out, a, b):
+    """BLAS ``gemm`` for three arrays of one BLAS dtype, all C-contiguous (so that
+    their transposes are Fortran-ordered views); ``None`` otherwise."""
+    arrays = (out, a, b)
+    if out.dtype not in _BLAS_TYPES or any(x.dtype != out.dtype for x in arrays):
+        return None
+    if not all(x.flags.c_contiguous and x.ndim == 2 and x.size for x in arrays):
+        return None
+    return blas.get_blas_funcs("gemm", arrays)
