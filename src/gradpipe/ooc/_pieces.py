@@ -12,6 +12,7 @@ answers ``None`` so that the caller takes the page-at-a-time path.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -77,76 +78,67 @@ def _batches(file_offsets: np.ndarray, length: int) -> Iterator[tuple[int, int]]
             yield start, min(start + _IOV_MAX, hi)
 
 
-def read_pieces(fd: int, out: np.ndarray, pieces: Pieces, path: str) -> None:
-    """Fill the C-contiguous ``out`` (shaped like the region) from the file."""
-    view = memoryview(out).cast("B")
+def _vectors(array: np.ndarray, pieces: Pieces) -> Iterator[tuple[list, int]]:
+    """``(buffers, file offset)`` for each batch of pieces that follow each other on
+    disk; the buffers are views of the C-contiguous ``array``."""
+    view = memoryview(array).cast("B")
     for file_offsets, array_offsets, length in pieces:
         if not length:
             continue
         starts = array_offsets.tolist()
         for lo, hi in _batches(file_offsets, length):
-            buffers = [view[a : a + length] for a in starts[lo:hi]]
-            offset = int(file_offsets[lo])
-            done = os.preadv(fd, buffers, offset)
-            if done != length * (hi - lo):
-                _finish_short_read(fd, buffers, offset, done, path)
+            yield [view[a : a + length] for a in starts[lo:hi]], int(file_offsets[lo])
 
 
-def _finish_short_read(fd: int, buffers: list, offset: int, done: int, path: str) -> None:
-    """Read what a short ``preadv`` left (one call moves at most about 2 GiB); the end
-    of the file before the buffers are full means it was truncated."""
+def _rest(buffers: list, offset: int, done: int) -> Iterator[tuple[memoryview, int]]:
+    """What a vectored call that moved only ``done`` bytes left: ``(view, offset)``."""
     for buffer in buffers:
-        if done >= buffer.nbytes:
+        if done < buffer.nbytes:
+            yield buffer[done:], offset + done
+            done = 0
+        else:
             done -= buffer.nbytes
-            offset += buffer.nbytes
-            continue
-        rest, at = buffer[done:], offset + done
-        while rest.nbytes:
-            n = os.preadv(fd, [rest], at)
-            if n == 0:
-                raise OSError(f"short read from {path!r}: the file is truncated.")
-            rest, at = rest[n:], at + n
-        done = 0
         offset += buffer.nbytes
+
+
+def read_pieces(fd: int, out: np.ndarray, pieces: Pieces, path: str) -> None:
+    """Fill the C-contiguous ``out`` (shaped like the region) from the file. One call
+    moves at most about 2 GiB, so a short read is continued; the end of the file
+    before the buffers are full means it was truncated."""
+    for buffers, offset in _vectors(out, pieces):
+        done = os.preadv(fd, buffers, offset)
+        for rest, at in _rest(buffers, offset, done):
+            while rest.nbytes:
+                n = os.preadv(fd, [rest], at)
+                if n == 0:
+                    raise OSError(f"short read from {path!r}: the file is truncated.")
+                rest, at = rest[n:], at + n
 
 
 def write_pieces(fd: int, data: np.ndarray, pieces: Pieces, path: str) -> None:
-    """Write the C-contiguous ``data`` (shaped like the region) into the file."""
-    view = memoryview(data).cast("B")
-    for file_offsets, array_offsets, length in pieces:
-        if not length:
-            continue
-        starts = array_offsets.tolist()
-        for lo, hi in _batches(file_offsets, length):
-            buffers = [view[a : a + length] for a in starts[lo:hi]]
-            offset = int(file_offsets[lo])
-            try:
-                done = os.pwritev(fd, buffers, offset)
-            except OSError as e:
-                if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise OSError(e.errno, f"Disk full while writing {path!r}.") from e
-                raise
-            _finish_short_write(fd, buffers, offset, done, path)
-
-
-def _finish_short_write(fd: int, buffers: list, offset: int, done: int, path: str) -> None:
-    """Write what a short ``pwritev`` left, one buffer at a time."""
-    for buffer in buffers:
-        if done >= buffer.nbytes:
-            done -= buffer.nbytes
-        else:
-            pwrite_all(fd, buffer[done:], offset + done, path)
-            done = 0
-        offset += buffer.nbytes
+    """Write the C-contiguous ``data`` (shaped like the region) into the file,
+    continuing short writes; a full disk is an error naming the file."""
+    for buffers, offset in _vectors(data, pieces):
+        with _full_disk_named(path):
+            done = os.pwritev(fd, buffers, offset)
+        for rest, at in _rest(buffers, offset, done):
+            pwrite_all(fd, rest, at, path)
 
 
 def pwrite_all(fd: int, view: memoryview, offset: int, path: str) -> None:
     """Write all of ``view`` at ``offset``; a full disk is an error naming the file."""
     while view.nbytes:
-        try:
+        with _full_disk_named(path):
             n = os.pwrite(fd, view, offset)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise OSError(e.errno, f"Disk full while writing {path!r}.") from e
-            raise
         view, offset = view[n:], offset + n
+
+
+@contextlib.contextmanager
+def _full_disk_named(path: str) -> Iterator[None]:
+    """Turn a full disk (or quota) while writing ``path`` into an error naming it."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(e.errno, f"Disk full while writing {path!r}.") from e
+        raise
