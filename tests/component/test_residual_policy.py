@@ -239,3 +239,27 @@ def test_a_component_over_out_of_core_operations_differentiates_under_auto():
     np.testing.assert_allclose(comp.apply({"x": X})["y"], X * total, rtol=1e-4)
     got = comp.vjp({"x": X}, ["x"], ["y"], {"y": CT})["x"]
     np.testing.assert_allclose(got, CT * total, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "adjoint", ["RecursiveCheckpointAdjoint", "BacksolveAdjoint", "DirectAdjoint"]
+)
+def test_an_ode_model_served_under_auto_gives_the_gradient_of_each_adjoint(adjoint):
+    from gradpipe import jax as gpj
+
+    model = gpj.ODEForwardModel(
+        lambda t, c, lam: -lam * c, args=jnp.asarray(0.25), dt=1.0, dt0=0.01, max_steps=128
+    ).with_adjoint(getattr(gpj, adjoint)())
+
+    class State(pydantic.BaseModel):
+        c0: Differentiable[Array[np.float32, (8,)]]
+
+    class Final(pydantic.BaseModel):
+        y: Differentiable[Array[np.float32, (8,)]]
+
+    c0, ct = np.linspace(1, 2, 8).astype(np.float32), np.ones(8, np.float32)
+    comp = Component(lambda d: {"y": model(d["c0"])}, inputs=State, outputs=Final)
+    want = jax.vjp(model, jnp.asarray(c0))[1](jnp.asarray(ct))[0]
+    got = comp.vjp({"c0": c0}, ["c0"], ["y"], {"y": ct})["c0"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(got, np.exp(-0.25) * ct, rtol=1e-4)
