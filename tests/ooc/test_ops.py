@@ -311,24 +311,33 @@ def test_empty_arrays(tiny_budget):
 @pytest.mark.parametrize("tb", [False, True])
 @pytest.mark.parametrize(
     "dtypes",
-    [("float32", "float32"), ("float64", "float64"), ("float32", "float64"), ("int32", "int32")],
+    [
+        ("float32", "float32"),
+        ("float64", "float64"),
+        ("complex64", "complex64"),
+        ("float32", "float64"),
+        ("int32", "int32"),
+    ],
 )
-def test_matmul_blocks_write_and_accumulate_in_place(ta, tb, dtypes):
+@pytest.mark.parametrize("mkn", [(7, 5, 3), (1, 1, 1), (1, 13, 2)])
+def test_matmul_blocks_write_and_accumulate_in_place(ta, tb, dtypes, mkn):
     """`forward_into` (BLAS gemm with beta 0, then 1) against NumPy, from an output
     tile full of NaN (beta 0 must overwrite, never scale, what is there)."""
     from gradpipe.ooc.ops._matmul import MatMul
 
     rng = np.random.default_rng(3)
-    m, k, n = 7, 5, 3
+    m, k, n = mkn
     a = (rng.standard_normal((k, m) if ta else (m, k)) * 4).astype(dtypes[0])
     b = (rng.standard_normal((n, k) if tb else (k, n)) * 4).astype(dtypes[1])
+    if a.dtype.kind == "c":
+        a, b = a + 1j * a[::-1], b - 2j * b
     a2, b2 = (a * 2).astype(a.dtype), (b - 1).astype(b.dtype)
     op = MatMul(ta, tb)
     want = op.forward_block(a, b) + op.forward_block(a2, b2)
     out = np.empty(want.shape, want.dtype)
-    if out.dtype.kind == "f":
+    if out.dtype.kind in "fc":
         out[...] = np.nan
     op.forward_into(out, a, b, accumulate=False)
     op.forward_into(out, a2, b2, accumulate=True)
-    rtol = 1e-5 if want.dtype == np.float32 else 1e-12
+    rtol = 1e-5 if want.dtype in (np.float32, np.complex64) else 1e-12
     np.testing.assert_allclose(out, want, rtol=rtol)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Pieces", "pwrite_all", "read_pieces", "region_pieces", "write_pieces"]
+__all__ = ["Pieces", "pread_all", "pwrite_all", "read_pieces", "region_pieces", "write_pieces"]
 
 #: Regions whose pieces are shorter than this, and many, take the page path.
 MIN_PIECE_BYTES = 2048
@@ -108,11 +108,7 @@ def read_pieces(fd: int, out: np.ndarray, pieces: Pieces, path: str) -> None:
     for buffers, offset in _vectors(out, pieces):
         done = os.preadv(fd, buffers, offset)
         for rest, at in _rest(buffers, offset, done):
-            while rest.nbytes:
-                n = os.preadv(fd, [rest], at)
-                if n == 0:
-                    raise OSError(f"short read from {path!r}: the file is truncated.")
-                rest, at = rest[n:], at + n
+            pread_all(fd, rest, at, path)
 
 
 def write_pieces(fd: int, data: np.ndarray, pieces: Pieces, path: str) -> None:
@@ -125,11 +121,23 @@ def write_pieces(fd: int, data: np.ndarray, pieces: Pieces, path: str) -> None:
             pwrite_all(fd, rest, at, path)
 
 
+def pread_all(fd: int, view: memoryview, offset: int, path: str) -> None:
+    """Fill all of ``view`` from ``offset``; the end of the file first means the file
+    was truncated."""
+    while view.nbytes:
+        n = os.preadv(fd, [view], offset)
+        if n == 0:
+            raise OSError(f"short read from {path!r}: the file is truncated.")
+        view, offset = view[n:], offset + n
+
+
 def pwrite_all(fd: int, view: memoryview, offset: int, path: str) -> None:
     """Write all of ``view`` at ``offset``; a full disk is an error naming the file."""
     while view.nbytes:
         with _full_disk_named(path):
             n = os.pwrite(fd, view, offset)
+        if n == 0:
+            raise OSError(errno.EIO, f"Writing {path!r} made no progress.")
         view, offset = view[n:], offset + n
 
 

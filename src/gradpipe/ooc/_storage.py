@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ._iostats import record_read, record_write
-from ._pieces import pwrite_all, read_pieces, region_pieces, write_pieces
+from ._pieces import pread_all, pwrite_all, read_pieces, region_pieces, write_pieces
 
 __all__ = [
     "FORMAT_VERSION",
@@ -274,9 +274,7 @@ class PagedFile:
                 self._pread_into(out, first)
                 continue
             buf = np.empty((run, *ps), self.dtype)
-            got = os.preadv(self._fd, [memoryview(buf).cast("B")], self._page_offset(first))
-            if got != buf.nbytes:
-                raise OSError(f"short read from {self.path!r}: the file is truncated.")
+            pread_all(self._fd, memoryview(buf).cast("B"), self._page_offset(first), self.path)
             self._scatter(region, first, run, buf, out, to_pages=False)
         record_read(out.nbytes)
         return out
@@ -318,7 +316,7 @@ class PagedFile:
                 continue
             buf = np.empty((run, *ps), self.dtype)
             if not self._covers(region, first, run):
-                os.preadv(self._fd, [memoryview(buf).cast("B")], offset)
+                pread_all(self._fd, memoryview(buf).cast("B"), offset, self.path)
             else:
                 buf[...] = 0
             self._scatter(region, first, run, buf, data, to_pages=True)
@@ -353,9 +351,7 @@ class PagedFile:
         )
 
     def _pread_into(self, out: np.ndarray, first: tuple[int, ...]) -> None:
-        got = os.preadv(self._fd, [memoryview(out).cast("B")], self._page_offset(first))
-        if got != out.nbytes:
-            raise OSError(f"short read from {self.path!r}: the file is truncated.")
+        pread_all(self._fd, memoryview(out).cast("B"), self._page_offset(first), self.path)
 
     def _covers(self, region: Region, first: tuple[int, ...], run: int) -> bool:
         """Whether ``region`` covers the whole (in-array part of the) page run."""
