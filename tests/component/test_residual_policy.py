@@ -11,6 +11,7 @@ import pydantic
 import pytest
 
 from gradpipe.component import Array, Component, Differentiable
+from gradpipe.component._recompute import _equations
 
 N = 64
 
@@ -92,20 +93,7 @@ def test_auto_holds_only_the_input_of_an_elementwise_function():
 
 
 def _primitives(fn, *args):
-    names = set()
-
-    def walk(jaxpr):
-        for eqn in jaxpr.eqns:
-            names.add(eqn.primitive.name)
-            for value in eqn.params.values():
-                for inner in value if isinstance(value, tuple | list) else (value,):
-                    if hasattr(inner, "eqns"):
-                        walk(inner)
-                    elif hasattr(inner, "jaxpr") and hasattr(inner.jaxpr, "eqns"):
-                        walk(inner.jaxpr)
-
-    walk(jax.make_jaxpr(fn)(*args).jaxpr)
-    return names
+    return {eqn.primitive.name for eqn in _equations(jax.make_jaxpr(fn)(*args).jaxpr)}
 
 
 @pytest.mark.parametrize("name", ["solve", "matmul"])

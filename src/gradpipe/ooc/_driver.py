@@ -42,7 +42,8 @@ def _regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
 
 
 def _take(free: list[np.ndarray], shape: tuple[int, ...], dtype) -> np.ndarray:
-    """A buffer of ``shape`` from ``free`` (others there are dropped), or a new one."""
+    """A buffer of ``shape`` from ``free``, or a new one; buffers of other shapes (edge
+    tiles) are dropped from ``free``."""
     for k, b in enumerate(free):
         if b.shape == shape:
             return free.pop(k)
@@ -153,15 +154,6 @@ class Driver:
         spare: list[list[np.ndarray]] = [[] for _ in sources]
         lock = threading.Lock()
 
-        def buffer(i: int, src: Value, region: Region) -> np.ndarray:
-            shape = tuple(s.stop - s.start for s in region)
-            with lock:
-                for k, b in enumerate(spare[i]):
-                    if b.shape == shape:
-                        return spare[i].pop(k)
-                spare[i].clear()  # other shapes (edge tiles): let them go
-            return np.empty(shape, src.dtype)
-
         def load(regions):
             blocks = []
             for i, (src, r) in enumerate(zip(sources, regions)):
@@ -173,7 +165,9 @@ class Driver:
                     continue
                 if isinstance(src, PagedFile) and r is not None:
                     r = src.normalize(r)
-                    b = src.read(r, out=buffer(i, src, r))
+                    with lock:
+                        buf = _take(spare[i], tuple(s.stop - s.start for s in r), src.dtype)
+                    b = src.read(r, out=buf)
                 else:
                     b = self.read(src, r)
                 with lock:

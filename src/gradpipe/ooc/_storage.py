@@ -271,7 +271,7 @@ class PagedFile:
         for first, run in self._page_runs(region):
             if run == 1 and self._is_whole_page(region, first):
                 # the common case of a tile equal to a page: read straight into `out`
-                self._pread_into(out, first)
+                pread_all(self._fd, memoryview(out).cast("B"), self._page_offset(first), self.path)
                 continue
             buf = np.empty((run, *ps), self.dtype)
             pread_all(self._fd, memoryview(buf).cast("B"), self._page_offset(first), self.path)
@@ -349,9 +349,6 @@ class PagedFile:
             s.start == i * p and s.stop == (i + 1) * p
             for s, p, i in zip(region, self.page_shape, first)
         )
-
-    def _pread_into(self, out: np.ndarray, first: tuple[int, ...]) -> None:
-        pread_all(self._fd, memoryview(out).cast("B"), self._page_offset(first), self.path)
 
     def _covers(self, region: Region, first: tuple[int, ...], run: int) -> bool:
         """Whether ``region`` covers the whole (in-array part of the) page run."""
