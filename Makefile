@@ -22,12 +22,12 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks examples
-	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples tools
+	$(PY) -m ruff format --check src tests benchmarks examples tools
 
 format: $(STAMP)
-	$(PY) -m ruff check --fix src tests benchmarks examples
-	$(PY) -m ruff format src tests benchmarks examples
+	$(PY) -m ruff check --fix src tests benchmarks examples tools
+	$(PY) -m ruff format src tests benchmarks examples tools
 
 # The benchmark peers (tesseract-core's runtime) pin versions that fight ours, so
 # they get a virtual environment of their own; gradpipe never depends on them.
