@@ -12,6 +12,7 @@ from ._observe import Profile, ShapeTrace, Sink, Snapshot, Tap
 from ._operator import Operator
 from ._registry import Registry, RegistryError
 from ._sequential import Sequential
+from ._sizes import format_size, parse_size
 from ._tracing import find_tracer, is_tracer
 
 __all__ = [
@@ -39,7 +40,9 @@ __all__ = [
     "UnkeyableError",
     "content_key",
     "find_tracer",
+    "format_size",
     "from_state",
     "is_tracer",
+    "parse_size",
     "register_operator",
 ]
