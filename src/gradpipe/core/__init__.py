@@ -10,7 +10,7 @@ from ._keys import UnkeyableError, content_key
 from ._node import Input, Node
 from ._observe import Profile, ShapeTrace, Sink, Snapshot, Tap
 from ._operator import Operator
-from ._registry import Registry, RegistryError
+from ._registry import Registry, RegistryError, RegistryWarning
 from ._sequential import Sequential
 from ._sizes import format_size, parse_size
 from ._tracing import find_tracer, is_tracer
@@ -31,6 +31,7 @@ __all__ = [
     "Profile",
     "Registry",
     "RegistryError",
+    "RegistryWarning",
     "Sequential",
     "ShapeTrace",
     "Sink",
