@@ -6,8 +6,9 @@ other argument that takes a number of bytes:
 - an int (or a string of digits) is a number of bytes;
 - ``kB``/``KB``, ``MB``, ``GB``, ``TB``, ``PB`` are powers of 1000 (SI), and
   ``KiB``, ``MiB``, ``GiB``, ``TiB``, ``PiB`` powers of 1024 (IEC), as in the
-  IEC 80000-13 standard; ``B`` is bytes. Units are read without regard to case
-  (``mib`` is ``MiB``), and a space may separate number and unit;
+  IEC 80000-13 standard; ``B`` is bytes. A unit is written as here, or all in
+  lower or upper case (``mib``, ``MIB``), and a space may separate number and
+  unit; mixed cases such as ``Mb`` (megabits) or ``mB`` (millibytes) are refused;
 - a decimal number with a unit is allowed when it is a whole number of bytes
   (``"1.5GiB"``, ``"2.5kB"``), as is an exponent (``"1e9"``);
 - everything else is refused with a `ValueError` naming the argument: a bare
@@ -41,6 +42,7 @@ _UNITS = {
     "tib": 2**40,
     "pib": 2**50,
 }
+_CANONICAL = {unit: unit.upper().replace("I", "i") for unit in _UNITS}
 _AMBIGUOUS = {"k", "m", "g", "t", "p", "ki", "mi", "gi", "ti", "pi"}
 _SIZE = re.compile(r"\s*([+-]?(?:\d+(?:_\d+)*)?(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*")
 _EXAMPLES = "e.g. 4096, '512MiB' (2^20 bytes each) or '2GB' (10^9 bytes each)"
@@ -97,10 +99,16 @@ def parse_size(value: int | float | str, *, name: str = "size") -> int:
                 f"'{digits}{match.group(2)[0].upper()}iB' (powers of 1024) or "
                 f"'{digits}{match.group(2)[0].upper()}B' (powers of 1000)."
             )
+        written = match.group(2)
         if unit == "":
             factor = 1
-        elif unit in _UNITS:
+        elif unit in _UNITS and written in (unit, written.upper(), _CANONICAL[unit], "kB"):
             factor = _UNITS[unit]
+        elif unit in _UNITS:
+            raise ValueError(
+                f"{name} = {text}: {written!r} mixes cases ('Mb' reads as megabits, 'mB' "
+                f"as millibytes); write {_CANONICAL[unit]!r}."
+            )
         else:
             raise ValueError(
                 f"{name} = {text} has an unknown unit {match.group(2)!r}; use B, kB, MB, "
@@ -122,10 +130,7 @@ def parse_size(value: int | float | str, *, name: str = "size") -> int:
 
 
 def format_size(nbytes: int) -> str:
-    """``nbytes`` in the largest IEC unit that keeps it readable: ``"512.0 MiB"``.
-
-    `parse_size` reads the result back to within the rounding of one decimal.
-    """
+    """``nbytes`` for people, in the largest IEC unit below it: ``"512.0 MiB"``."""
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= size:
             return f"{nbytes / size:.1f} {unit}"
