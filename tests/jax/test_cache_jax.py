@@ -18,8 +18,6 @@ def test_weak_and_strong_scalars_of_equal_value_do_not_share_an_entry(dtype, x64
     """A weak scalar promotes to float16 against a float16 array, a strong one does
     not: serving one's result for the other changes the dtype of the answer."""
     cache = gp.Cache(_half_precision_product())
-    weak = jnp.asarray(2.0) if dtype == "float64" else jnp.asarray(2.0, jnp.float32)
-    weak = weak if dtype == "float64" else jax.numpy.asarray(2.0).astype(jnp.float32)
     strong = jnp.asarray(2.0, jnp.dtype(dtype))
     assert jnp.asarray(2.0).weak_type and not strong.weak_type
     first = cache(jnp.asarray(2.0))
