@@ -339,3 +339,16 @@ def test_random_concurrent_use_keeps_the_invariants(tmp_path_factory, script, wo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RegistryWarning)
         reg.list()
+
+
+def test_tags_work_where_hard_links_do_not(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise PermissionError("hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_links)
+    reg = Registry(tmp_path)
+    a, b = reg.store(gp.Const(1), tags=["v1"]), reg.store(gp.Const(2))
+    with pytest.raises(RegistryError, match="already points to"):
+        reg.tag(b, "v1")
+    assert reg.resolve("v1") == a
+    assert [p.name for p in (tmp_path / "tags").iterdir()] == ["v1"]

@@ -96,10 +96,18 @@ def _write_new(path: Path, data: bytes) -> bool:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.link(tmp, path)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a filesystem without hard links: create exclusively instead
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
         return True
-    except FileExistsError:
-        return False
     finally:
         Path(tmp).unlink(missing_ok=True)
 
