@@ -248,3 +248,25 @@ def test_writing_into_a_hit_does_not_change_later_hits():
     again = cache(1)
     assert again == {"values": [1, 2], "pair": (1,)}
     assert cache.info()["hits"] == 2
+
+
+def test_an_object_array_is_refused_by_name():
+    with pytest.raises(gp.UnkeyableError, match="object-dtype"):
+        content_key(np.array([1, "a"], dtype=object))
+    with pytest.raises(TypeError, match=r"Cache cannot key this input.*object-dtype"):
+        Cache(Lambda(len))(np.array([None, 1], dtype=object))
+
+
+def test_a_namedtuple_output_does_not_share_memory_with_the_input():
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "left right")
+    cache = Cache(Lambda(lambda x: Pair(x, x[1:]), name="pair"))
+    x = np.arange(4.0)
+    first = cache(x)
+    x[:] = -1.0  # the caller reuses its buffer; the key still holds the old content
+    hit = cache(np.arange(4.0))
+    assert isinstance(hit, Pair)
+    np.testing.assert_array_equal(hit.left, np.arange(4.0))
+    np.testing.assert_array_equal(hit.right, np.arange(1.0, 4.0))
+    assert first.left is not x
