@@ -90,7 +90,7 @@ def _wait(url: str, process: subprocess.Popen, what: str) -> None:
 def start_gradpipe(*extra: str) -> tuple[str, subprocess.Popen]:
     port = _free_port()
     command = [sys.executable, "-m", "gradpipe.cli", "serve", "serve:component",
-               "--app-dir", str(HERE), "--port", str(port), "--max-body-size", "1G",
+               "--app-dir", str(HERE), "--port", str(port), "--max-body-size", "1GiB",
                "--log-level", "warning", *extra]  # fmt: skip
     process = subprocess.Popen(command, env={**os.environ, "GRADPIPE_TOKEN": ""})
     url = f"http://127.0.0.1:{port}"

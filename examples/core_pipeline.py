@@ -49,7 +49,9 @@ def main(outdir: pathlib.Path | None = None) -> dict:
 
     with tempfile.TemporaryDirectory() as root:
         registry = gp.Registry(outdir / "registry" if outdir else root)
-        ref = registry.store(retrieval, tags=["retrieval-v1"], force=True)
+        # Run as a script, the classes live in __main__, which only this script can
+        # import again: fine here, since the example reloads in the same process.
+        ref = registry.store(retrieval, tags=["retrieval-v1"], force=True, allow_unimportable=True)
         reloaded = registry.load("retrieval-v1")
     same = np.array_equal(reloaded(y), estimate)
 

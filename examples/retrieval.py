@@ -207,7 +207,12 @@ def registry_round_trip(pipeline: JaxSequential, module: BandInversion, root: pa
     """Store both trained forms with their weights, reload, compare byte for byte."""
     registry = gp.Registry(root)
     blob = pipeline.serialize_weights()
-    ref = registry.store(pipeline, weights=blob, tags=["retrieval-trained"], force=True)
+    # Run as a script (not through `make demo`), the classes live in __main__, which
+    # only this script can import again: fine here, as it reloads in this process.
+    local = __name__ == "__main__"
+    ref = registry.store(
+        pipeline, weights=blob, tags=["retrieval-trained"], force=True, allow_unimportable=local
+    )
     reloaded = from_registry(registry, ref)
     model_op = JaxModelOp(module)
     model_ref = registry.store(model_op, weights=model_op.serialize_weights())

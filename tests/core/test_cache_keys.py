@@ -230,3 +230,43 @@ def test_replacing_the_inner_operator_never_hits_its_entries():
     np.testing.assert_array_equal(cache(np.ones(1)), [5.0])
     cache.inner = Lambda(lambda x: x + 100)
     np.testing.assert_array_equal(cache(np.ones(1)), [101.0])
+
+
+def test_complex_scalars_are_keyed_by_both_parts():
+    assert content_key(1 + 2j) != content_key(1 + 3j)
+    assert content_key(complex(0.0, -0.0)) != content_key(complex(0.0, 0.0))
+    cache = gp.Cache(gp.Lambda(lambda z: z.imag))
+    assert [cache(1 + 2j), cache(1 + 3j)] == [2.0, 3.0]
+
+
+def test_writing_into_a_hit_does_not_change_later_hits():
+    cache = gp.Cache(gp.Lambda(lambda x: {"values": [x, x + 1], "pair": (x,)}))
+    cache(1)  # miss
+    hit = cache(1)
+    hit["values"].append(99)
+    hit["extra"] = True
+    again = cache(1)
+    assert again == {"values": [1, 2], "pair": (1,)}
+    assert cache.info()["hits"] == 2
+
+
+def test_an_object_array_is_refused_by_name():
+    with pytest.raises(gp.UnkeyableError, match="object-dtype"):
+        content_key(np.array([1, "a"], dtype=object))
+    with pytest.raises(TypeError, match=r"Cache cannot key this input.*object-dtype"):
+        Cache(Lambda(len))(np.array([None, 1], dtype=object))
+
+
+def test_a_namedtuple_output_does_not_share_memory_with_the_input():
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "left right")
+    cache = Cache(Lambda(lambda x: Pair(x, x[1:]), name="pair"))
+    x = np.arange(4.0)
+    first = cache(x)
+    x[:] = -1.0  # the caller reuses its buffer; the key still holds the old content
+    hit = cache(np.arange(4.0))
+    assert isinstance(hit, Pair)
+    np.testing.assert_array_equal(hit.left, np.arange(4.0))
+    np.testing.assert_array_equal(hit.right, np.arange(1.0, 4.0))
+    assert first.left is not x

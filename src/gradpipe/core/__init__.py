@@ -10,8 +10,9 @@ from ._keys import UnkeyableError, content_key
 from ._node import Input, Node
 from ._observe import Profile, ShapeTrace, Sink, Snapshot, Tap
 from ._operator import Operator
-from ._registry import Registry, RegistryError
+from ._registry import Registry, RegistryError, RegistryWarning
 from ._sequential import Sequential
+from ._sizes import format_size, parse_size
 from ._tracing import find_tracer, is_tracer
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Profile",
     "Registry",
     "RegistryError",
+    "RegistryWarning",
     "Sequential",
     "ShapeTrace",
     "Sink",
@@ -39,7 +41,9 @@ __all__ = [
     "UnkeyableError",
     "content_key",
     "find_tracer",
+    "format_size",
     "from_state",
     "is_tracer",
+    "parse_size",
     "register_operator",
 ]

@@ -13,6 +13,7 @@ and ``{"$operator": state}``. Dict keys starting with ``$`` are reserved for tag
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import math
@@ -84,10 +85,23 @@ def known_operator(module: str, name: str) -> type:
         if isinstance(found, type) and _REGISTRY.get(_class_id(found)) is found:
             return found
     raise ConfigError(
-        f"Cannot rebuild operator {key}: the class is not registered. Import the "
-        f"module that defines it before loading, or decorate it with "
+        f"Cannot rebuild operator {key}: the class is not registered.{_suggest(key, name)} "
+        f"Import the module that defines it before loading, or decorate it with "
         f"gradpipe.register_operator. States never import arbitrary modules."
     )
+
+
+def _suggest(key: str, name: str) -> str:
+    """`` Did you mean ...?`` naming the registered classes closest to ``key``: those
+    whose class name is close to ``name``, by their public module path."""
+    known = {f"{public_module(cls)}:{cls.__qualname__}" for cls in _REGISTRY.values()}
+    names = {k.rpartition(":")[2] for k in known}
+    close_names = difflib.get_close_matches(name, names, n=3, cutoff=0.75)
+    close = [k for n in close_names for k in sorted(known) if k.rpartition(":")[2] == n]
+    close = [k for k in close if k != key][:3]
+    if not close:
+        return ""
+    return f" Did you mean {' or '.join(close)}?"
 
 
 def encode_config(value: Any, *, owner: str, field: str) -> Any:

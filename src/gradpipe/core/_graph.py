@@ -74,24 +74,50 @@ def _topological_order(inputs: Sequence[str], steps: list[dict]) -> list[dict]:
                     f"Graph step {step['name']!r} reads {ref!r}, which is neither a declared "
                     f"input ({list(inputs)}) nor a step. Declare it in inputs=[...]."
                 )
+    # Depth first, with an explicit stack: a chain of a few thousand steps is an
+    # ordinary graph, and a recursive walk would hit Python's recursion limit.
     order: list[dict] = []
-    state: dict[str, int] = {}  # 1 = visiting, 2 = done
-
-    def visit(name: str, path: list[str]) -> None:
-        if name in inputs or state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = [*path[path.index(name) :], name]
-            raise GraphError(f"Graph has a cycle: {' -> '.join(cycle)}. A graph must be acyclic.")
-        state[name] = 1
-        for ref in _step_refs(by_name[name]):
-            visit(ref, [*path, name])
-        state[name] = 2
-        order.append(by_name[name])
-
+    done: set[str] = set(inputs)
     for step in steps:
-        visit(step["name"], [])
+        if step["name"] in done:
+            continue
+        path = [step["name"]]
+        stack = [iter(_step_refs(step))]
+        while stack:
+            for ref in stack[-1]:
+                if ref in done:
+                    continue
+                if ref in path:
+                    cycle = [*path[path.index(ref) :], ref]
+                    raise GraphError(
+                        f"Graph has a cycle: {' -> '.join(cycle)}. A graph must be acyclic."
+                    )
+                path.append(ref)
+                stack.append(iter(_step_refs(by_name[ref])))
+                break
+            else:
+                stack.pop()
+                name = path.pop()
+                done.add(name)
+                order.append(by_name[name])
     return order
+
+
+def _nodes_in(value: Any) -> list[Node]:
+    """The nodes in an argument, through tuples, lists and dict values, in order."""
+    if isinstance(value, Node):
+        return [value]
+    if type(value) in (tuple, list):
+        return [node for item in value for node in _nodes_in(item)]
+    if type(value) is dict:
+        return [node for item in value.values() for node in _nodes_in(item)]
+    return []
+
+
+def _node_inputs(node: Node) -> list[Node]:
+    if node.parent is not None:
+        return [node.parent]
+    return [n for a in (*node.args, *node.kwargs.values()) for n in _nodes_in(a)]
 
 
 class _Recorder:
@@ -114,17 +140,41 @@ class _Recorder:
             return {"dict": {k: self.arg(v) for k, v in value.items()}}
         return {"value": value}
 
-    def node(self, node: Node) -> str:
-        key = id(node)
-        if key in self.names:
-            return self.names[key]
-        if isinstance(node, Input):
+    def node(self, root: Node) -> str:
+        """The step name of ``root``, recording it and every node it reads first.
+
+        Depth first with an explicit stack (not recursion), so that a chain of
+        thousands of steps records like a short one; names follow the same order
+        as a recursive walk (arguments left to right, then the node).
+        """
+        if id(root) in self.names:
+            return self.names[id(root)]
+        self._check_declared(root)
+        stack = [(root, iter(_node_inputs(root)))]
+        while stack:
+            current, pending = stack[-1]
+            for dep in pending:
+                if id(dep) not in self.names:
+                    self._check_declared(dep)
+                    stack.append((dep, iter(_node_inputs(dep))))
+                    break
+            else:
+                stack.pop()
+                if id(current) not in self.names:
+                    self._record(current)
+        return self.names[id(root)]
+
+    def _check_declared(self, node: Node) -> None:
+        if isinstance(node, Input) and id(node) not in self.names:
             raise GraphError(
                 f"The graph uses {node!r}, which is not among its inputs "
                 f"{self.input_names}. Add it to Graph(inputs=[...])."
             )
+
+    def _record(self, node: Node) -> None:
+        """Name ``node`` as the next step; everything it reads is named already."""
         if node.parent is not None:
-            step = {"index": [self.node(node.parent), node.key]}
+            step = {"index": [self.names[id(node.parent)], node.key]}
         else:
             step = {
                 "operator": node.operator,
@@ -132,9 +182,8 @@ class _Recorder:
                 "kwargs": {k: self.arg(v) for k, v in node.kwargs.items()},
             }
         name = f"n{len(self.steps)}"
-        self.names[key] = name
+        self.names[id(node)] = name
         self.steps.append({"name": name, **step})
-        return name
 
 
 class Graph(Operator):

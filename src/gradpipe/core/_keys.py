@@ -6,7 +6,11 @@ rule prevents:
 - Arrays are keyed by dtype, shape and a sha256 of their bytes. Keying by ``repr``
   truncates large arrays (two arrays differing in the middle collide), and keying
   by bytes alone confuses ``int64[4]`` with ``int64[2, 2]`` (or a 0-d array with
-  a one-element one) or ``float32`` with ``int32`` holding the same bits. The dtype
+  a one-element one) or ``float32`` with ``int32`` holding the same bits. A JAX
+  array's weak type is keyed too: ``jnp.asarray(2.0)`` (weak) and a strong float
+  array of the same bits promote differently (``x * float16_array`` is float16 for
+  the weak one, wider for the strong one), so sharing a key served one the other's
+  result dtype. The dtype
   is keyed by its full description, not only ``dtype.str``, which reads ``|V16``
   for every 16-byte structured dtype whatever its fields.
 - Scalars carry their type: ``1 == 1.0 == True`` in Python, and ``hash(-1) ==
@@ -56,7 +60,8 @@ def _array_key(value: Any) -> tuple:
     if isinstance(value, np.ma.MaskedArray):
         flags = np.ascontiguousarray(np.ma.getmaskarray(value))
         mask = hashlib.sha256(flags.view(np.uint8).reshape(-1)).digest()
-    return ("array", kind, array.dtype.str, str(array.dtype), shape, digest, mask)
+    weak = bool(getattr(value, "weak_type", False))  # JAX arrays only; NumPy has none
+    return ("array", kind, array.dtype.str, str(array.dtype), shape, digest, mask, weak)
 
 
 def _is_array(value: Any) -> bool:

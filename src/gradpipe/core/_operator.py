@@ -69,16 +69,25 @@ class Operator:
         return self._apply(*args, **kwargs)
 
     def __or__(self, other: Operator) -> Operator:
-        from ._sequential import Sequential
-
         if not isinstance(other, Operator):
             return NotImplemented
-        if isinstance(other, Sequential):
-            # Its own kind decides: ``op | jax_sequential`` stays a JaxSequential,
-            # whose arrays ``eqx.filter_grad`` reaches, not a plain Sequential
-            # around it, which would give no gradient at all.
-            return other.__ror__(self)
-        return Sequential([self, other])
+        from ._sequential import compose
+
+        return compose(self, other)
+
+    def __ror__(self, other: Operator) -> Operator:
+        if not isinstance(other, Operator):
+            return NotImplemented
+        from ._sequential import compose
+
+        return compose(other, self)
+
+    @classmethod
+    def _sequence_type(cls) -> type:
+        """The kind of sequence ``|`` builds around this operator (see `compose`)."""
+        from ._sequential import Sequential
+
+        return Sequential
 
     @property
     def name(self) -> str:

@@ -8,7 +8,7 @@ from typing import Any, overload
 from ._describe import describe
 from ._operator import Operator
 
-__all__ = ["Sequential", "check_operators"]
+__all__ = ["Sequential", "check_operators", "compose", "pipe_steps"]
 
 
 def check_operators(owner: str, operators: Iterable[Any]) -> tuple[Operator, ...]:
@@ -23,11 +23,49 @@ def check_operators(owner: str, operators: Iterable[Any]) -> tuple[Operator, ...
     return ops
 
 
+def pipe_steps(op: Operator) -> list[Operator]:
+    """The steps ``op`` contributes to a ``|`` chain: those of a sequence built by
+    ``|`` (a `Sequential` or ``JaxSequential``, not a subclass of theirs, which may
+    mean more than its steps), else ``op`` itself."""
+    if type(op).__dict__.get("_flat_in_pipe", False):
+        return list(op.operators)
+    return [op]
+
+
+def compose(left: Operator, right: Operator) -> Operator:
+    """``left | right``: the steps of both, in one sequence of the right kind.
+
+    The result depends only on the steps, never on the brackets: ``(a | b) | c``
+    and ``a | (b | c)`` are the same pipeline of the same class. The class is the
+    most specific `_sequence_type` of the steps: a plain `Sequential`, or a
+    ``JaxSequential`` as soon as one step is a ``JaxOperator``. This prevents a
+    silent loss: ``Lambda(f) | lin | lin`` once built a plain `Sequential`, an
+    opaque leaf to ``eqx.filter_grad``, so an optax loop trained nothing, while
+    ``Lambda(f) | (lin | lin)`` trained.
+
+    Raises `TypeError` when two steps ask for unrelated kinds of sequence.
+    """
+    steps = [*pipe_steps(left), *pipe_steps(right)]
+    kind: type = Sequential
+    for step in steps:
+        wanted = type(step)._sequence_type()
+        if issubclass(wanted, kind):
+            kind = wanted
+        elif not issubclass(kind, wanted):
+            raise TypeError(
+                f"Cannot compose {step.name} with the other steps: it needs a "
+                f"{wanted.__name__}, they need a {kind.__name__}. Build the pipeline "
+                f"explicitly, e.g. {kind.__name__}([...])."
+            )
+    return kind(steps)
+
+
 class Sequential(Operator):
     """Operators applied in order: the first receives the call's arguments, each
     following one the previous output.
 
-    ``a | b | c`` builds ``Sequential([a, b, c])`` (nested sequences are flattened).
+    ``a | b | c`` builds ``Sequential([a, b, c])`` whatever the brackets (see
+    `compose`; a `JaxOperator` step makes it a ``gradpipe.jax.JaxSequential``).
     A `Sequential` supports ``len``, iteration, indexing (an operator) and slicing
     (a `Sequential`).
 
@@ -35,6 +73,8 @@ class Sequential(Operator):
 
     - `operators`: the steps, in order.
     """
+
+    _flat_in_pipe = True  # `|` joins its steps (not those of a subclass)
 
     def __init__(self, operators: Iterable[Operator]) -> None:
         self.operators = list(check_operators("Sequential", operators))
@@ -54,17 +94,6 @@ class Sequential(Operator):
 
     def get_config(self) -> dict[str, Any]:
         return {"operators": list(self.operators)}
-
-    def __or__(self, other: Operator) -> Sequential:
-        if not isinstance(other, Operator):
-            return NotImplemented
-        tail = list(other.operators) if type(other) is Sequential else [other]
-        return type(self)([*self.operators, *tail])
-
-    def __ror__(self, other: Operator) -> Sequential:
-        if not isinstance(other, Operator):
-            return NotImplemented
-        return type(self)([other, *self.operators])
 
     def __len__(self) -> int:
         return len(self.operators)

@@ -17,6 +17,7 @@ except ImportError as _error:
         f"Install the extra: pip install 'gradpipe[jax]'."
     ) from _error
 
+from . import _containers  # noqa: F401  (registers Sequential, Fanout, Graph as PyTrees)
 from ._control import CondBranch, CondSwitch
 from ._model import JaxModelOp
 from ._observe import DebugTap

@@ -143,10 +143,10 @@ class JaxOperator(Operator, eqx.Module):
 
     # -- composition and display -------------------------------------------------
 
-    def __or__(self, other: Operator) -> JaxSequential:
-        if not isinstance(other, Operator):
-            return NotImplemented
-        return JaxSequential([self, *_steps(other)])
+    @classmethod
+    def _sequence_type(cls) -> type:
+        # ``|`` around a JaxOperator builds a JaxSequential, whatever the brackets.
+        return JaxSequential
 
     __eq__ = Operator.__eq__  # identity; eqx.Module would compare arrays
     __hash__ = Operator.__hash__
@@ -160,10 +160,6 @@ class JaxOperator(Operator, eqx.Module):
             f"{k}={describe(v) if _is_array(v) else repr(v)}" for k, v in config.items()
         )
         return f"{self.name}({inner})"
-
-
-def _steps(op: Operator) -> list[Operator]:
-    return list(op.operators) if type(op) in (Sequential, JaxSequential) else [op]
 
 
 class JaxSequential(Sequential, JaxOperator):
@@ -184,6 +180,7 @@ class JaxSequential(Sequential, JaxOperator):
     """
 
     operators: tuple[Operator, ...]
+    _flat_in_pipe = True  # `|` joins its steps (not those of a subclass)
 
     def __init__(self, operators: Iterable[Operator]) -> None:
         self.operators = check_operators("JaxSequential", operators)
@@ -194,16 +191,6 @@ class JaxSequential(Sequential, JaxOperator):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Self:
         return cls(**config)
-
-    def __or__(self, other: Operator) -> JaxSequential:
-        if not isinstance(other, Operator):
-            return NotImplemented
-        return JaxSequential([*self.operators, *_steps(other)])
-
-    def __ror__(self, other: Operator) -> JaxSequential:
-        if not isinstance(other, Operator):
-            return NotImplemented
-        return JaxSequential([*_steps(other), *self.operators])
 
     def __repr__(self) -> str:
         return f"JaxSequential({list(self.operators)!r})"

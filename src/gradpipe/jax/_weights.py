@@ -75,7 +75,7 @@ def placeholder_array(spec: dict[str, Any]) -> jax.Array:
     Floating and complex placeholders are NaN, so that an operator rebuilt from its
     state and used before `with_weights` gives NaN rather than a plausible number.
     """
-    dtype = np.dtype(spec["dtype"])
+    dtype = np.dtype(jnp.dtype(spec["dtype"]))  # jnp knows "bfloat16", NumPy alone does not
     fill = np.nan if np.issubdtype(dtype, np.inexact) else 0
     if spec.get("weak_type"):
         weak = jnp.full(tuple(spec["shape"]), fill)  # a Python fill gives a weak array
@@ -122,6 +122,47 @@ def serialize_weights(tree: Any) -> bytes:
         raise WeightsError(f"Cannot write these arrays as safetensors ({kinds}): {error}") from None
 
 
+def _numpy_dtype(code: str) -> np.dtype:
+    """The NumPy dtype of a safetensors dtype code (``"F32"``, ``"BF16"``, ...).
+
+    ``safetensors.numpy.load`` knows only NumPy's own dtypes, so bfloat16 and the
+    float8 types (which ``safetensors.numpy.save`` writes) never loaded back. They
+    are read here through ``ml_dtypes``, the package that gives JAX these types.
+    """
+    import ml_dtypes
+
+    table = {
+        "BOOL": np.bool_,
+        "U8": np.uint8,
+        "I8": np.int8,
+        "U16": np.uint16,
+        "I16": np.int16,
+        "U32": np.uint32,
+        "I32": np.int32,
+        "U64": np.uint64,
+        "I64": np.int64,
+        "F16": np.float16,
+        "F32": np.float32,
+        "F64": np.float64,
+        "C64": np.complex64,
+        "BF16": ml_dtypes.bfloat16,
+        "F8_E4M3": ml_dtypes.float8_e4m3fn,
+        "F8_E5M2": ml_dtypes.float8_e5m2,
+    }
+    if code not in table:
+        raise ValueError(f"unsupported tensor dtype {code!r}")
+    return np.dtype(table[code])
+
+
+def _load_tensors(blob: bytes) -> dict[str, np.ndarray]:
+    from safetensors import deserialize
+
+    return {
+        name: np.frombuffer(view["data"], dtype=_numpy_dtype(view["dtype"])).reshape(view["shape"])
+        for name, view in deserialize(blob)
+    }
+
+
 def with_weights(tree: _T, blob: bytes) -> _T:
     """A copy of ``tree`` whose array leaves hold the values in ``blob``.
 
@@ -138,10 +179,8 @@ def with_weights(tree: _T, blob: bytes) -> _T:
     Raises `WeightsError` naming the path when the blob lacks a leaf, holds a tensor
     the tree has no leaf for, or holds one of another shape or dtype.
     """
-    import safetensors.numpy
-
     try:
-        tensors = safetensors.numpy.load(bytes(blob))
+        tensors = _load_tensors(bytes(blob))
     except Exception as error:
         raise WeightsError(
             f"The weights blob is not a safetensors file ({error}). Pass bytes written "

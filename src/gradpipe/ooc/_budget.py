@@ -16,17 +16,15 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
-import re
 from collections.abc import Callable
+
+from gradpipe.core import parse_size
 
 __all__ = ["RSS_OVERHEAD_BYTES", "MemoryBudget", "get_budget", "set_default_budget"]
 
 #: Resident memory beyond the budget that an operation may use: BLAS workspace,
 #: thread stacks, page-run buffers of reads that straddle pages, allocator slack.
 RSS_OVERHEAD_BYTES = 64 * 2**20
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6}
-_UNITS |= {"mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tib": 2**40}
 
 
 def format_bytes(n: int) -> str:
@@ -38,15 +36,7 @@ def format_bytes(n: int) -> str:
 
 
 def _parse_bytes(value: int | str) -> int:
-    if isinstance(value, bool):
-        raise TypeError("MemoryBudget(nbytes) takes an int or a string like '512MiB', got bool.")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", value)
-        if m and m.group(2).lower() in _UNITS:
-            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    raise ValueError(f"MemoryBudget(nbytes={value!r}): give an int or a string like '512MiB'.")
+    return parse_size(value, name="MemoryBudget(nbytes)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +45,8 @@ class MemoryBudget:
 
     **Arguments:**
 
-    - `nbytes`: an int, or a string such as ``"512MiB"`` or ``"2GB"``.
+    - `nbytes`: an int, or a string such as ``"512MiB"`` (2^20 bytes each) or
+      ``"2GB"`` (10^9 bytes each); see `gradpipe.parse_size`.
 
     Use it as a context manager to set the budget of every operation called inside,
     or pass it as ``budget=`` to one operation:

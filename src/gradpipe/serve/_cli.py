@@ -7,18 +7,16 @@ import json
 import sys
 from pathlib import Path
 
+from gradpipe.core import parse_size
+
 __all__ = ["main"]
 
 
 def _size(text: str) -> int:
-    units = {"k": 2**10, "m": 2**20, "g": 2**30}
-    text = text.strip().lower().removesuffix("b").removesuffix("i")
-    factor = units.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in units else text
     try:
-        value = int(float(number) * factor)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256M)") from None
+        value = parse_size(text, name="the size")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     if value < 1:
         raise argparse.ArgumentTypeError("the size must be positive")
     return value
@@ -43,8 +41,9 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
     serve.add_argument(
         "--max-body-size",
         type=_size,
-        default="256M",
-        help="largest request body, e.g. 64M (default 256M)",
+        default="256MiB",
+        help="largest request body, e.g. 64MiB (2^20 bytes each) or 64MB (10^6 bytes "
+        "each); a bare number is bytes (default 256MiB)",
     )
     serve.add_argument("--app-dir", default=".", help="directory to import MODULE from")
     serve.add_argument(
@@ -56,8 +55,8 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
     serve.add_argument(
         "--max-handle-bytes",
         type=_size,
-        default="1G",
-        help="bytes of residuals kept, per worker (default 1G)",
+        default="1GiB",
+        help="bytes of residuals kept, per worker, e.g. 512MiB (default 1GiB)",
     )
     serve.add_argument(
         "--handle-ttl",
