@@ -10,15 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gradpipe import ooc
-from gradpipe.ooc import _storage
+from gradpipe.ooc import _header
 
 
-def _write_header(path, meta, *, length=None, magic=_storage.MAGIC, pad=True, data=64):
+def _write_header(path, meta, *, length=None, magic=_header.MAGIC, pad=True, data=64):
     body = json.dumps(meta).encode() if not isinstance(meta, bytes) else meta
     n = len(body) if length is None else length
     raw = magic + struct.pack("<I", n) + body
     if pad:
-        raw = raw.ljust(_storage.HEADER_BYTES, b"\x00") + b"\x00" * data
+        raw = raw.ljust(_header.HEADER_BYTES, b"\x00") + b"\x00" * data
     path.write_bytes(raw)
     return path
 
@@ -60,7 +60,7 @@ def test_length_field_past_the_header_and_truncated_header(tmp_path):
     good = ooc.DiskArray.from_numpy(np.ones((4, 2), np.float32), path=tmp_path / "good.gpa")
     raw = (tmp_path / "good.gpa").read_bytes()
     del good
-    for cut in (3, len(_storage.MAGIC) + 2, 40, _storage.HEADER_BYTES - 1):
+    for cut in (3, len(_header.MAGIC) + 2, 40, _header.HEADER_BYTES - 1):
         (tmp_path / "cut.gpa").write_bytes(raw[:cut])
         with pytest.raises(ValueError, match="ends after") as info:
             ooc.DiskArray.open(tmp_path / "cut.gpa")
@@ -97,8 +97,8 @@ def test_any_corruption_of_a_header_opens_correctly_or_names_the_file(tmp_path, 
     if not path.exists():
         ooc.DiskArray.from_numpy(want, path=path, page_shape=(2, 2))
     raw = bytearray(path.read_bytes())
-    n_meta = struct.unpack_from("<I", raw, len(_storage.MAGIC))[0]
-    end = len(_storage.MAGIC) + 4 + n_meta
+    n_meta = struct.unpack_from("<I", raw, len(_header.MAGIC))[0]
+    end = len(_header.MAGIC) + 4 + n_meta
     kind = data.draw(st.sampled_from(["flip", "cut", "set"]))
     bad = bytearray(raw)
     if kind == "cut":

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc import _storage
+from gradpipe.ooc import _header, _storage
 
 
 def test_round_trip_with_odd_pages(rng, tmp_path):
@@ -28,7 +28,7 @@ def test_round_trip_with_odd_pages(rng, tmp_path):
 def test_header_names_shape_dtype_page_and_version(tmp_path):
     ooc.DiskArray.from_numpy(np.zeros((3, 4), np.float32), path=tmp_path / "h.gpa")
     raw = (tmp_path / "h.gpa").read_bytes()
-    assert raw.startswith(_storage.MAGIC)
+    assert raw.startswith(_header.MAGIC)
     assert b'"version": 1' in raw[:4096] and b'"shape": [3, 4]' in raw[:4096]
     assert b'"page_shape"' in raw[:4096] and b"<f4" in raw[:4096]
 
