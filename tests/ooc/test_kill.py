@@ -196,3 +196,13 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path, app_handler):
     assert ("app handler" in out) == app_handler
     assert not scratch_file.parent.exists()
     assert _partials(tmp_path) == [] and not named.exists()
+
+
+def test_a_live_writers_temporary_file_is_not_swept(tmp_path):
+    path = tmp_path / "x.gpa"
+    ooc.DiskArray.zeros((4, 4), path=path)
+    mine = tmp_path / f"x.gpa.partial-{_debris.owner_tag()}-0123abcd"
+    mine.write_bytes(b"in progress")
+    ooc.DiskArray.open(path)
+    assert mine.exists()
+    mine.unlink()

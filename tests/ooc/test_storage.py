@@ -170,3 +170,67 @@ def test_zarr_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "zarr", None)
     with pytest.raises(ImportError, match=r"gradpipe\[zarr\]"):
         ooc.from_zarr("nowhere.zarr")
+
+
+def _sync_log(monkeypatch):
+    """Record fsyncs (by path) and renames, in order."""
+    log = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        log.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        log.append(("rename", os.fspath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(_storage.os, "fsync", fsync)
+    monkeypatch.setattr(_storage.os, "replace", replace)
+    return log
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_named_files_are_synced_before_and_after_their_rename(tmp_path, monkeypatch):
+    """Without these, a power cut can leave a named file of zeros, or no name at all."""
+    path = str(tmp_path / "d.gpa")
+    log = _sync_log(monkeypatch)
+    ooc.DiskArray.from_numpy(np.ones((4, 4), np.float32), path=path)
+    rename = log.index(("rename", path))
+    assert any(k == "fsync" and p.startswith(path + ".partial-") for k, p in log[:rename])
+    assert ("fsync", str(tmp_path)) in log[rename:]
+    log.clear()
+    ooc.DiskArray.open(path, writable=True).update_(2.0)  # through a shadow copy
+    rename = log.index(("rename", path))
+    assert any(k == "fsync" and p.startswith(path + ".partial-") for k, p in log[:rename])
+    assert ("fsync", str(tmp_path)) in log[rename:]
+
+
+def test_a_file_one_byte_short_is_refused(tmp_path):
+    ooc.DiskArray.from_numpy(np.ones((10, 10), np.float32), path=tmp_path / "s.gpa")
+    size = os.path.getsize(tmp_path / "s.gpa")
+    os.truncate(tmp_path / "s.gpa", size - 1)
+    with pytest.raises(ValueError, match="truncated"):
+        ooc.DiskArray.open(tmp_path / "s.gpa")
+
+
+def test_an_update_that_fails_part_way_changes_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "u.gpa"
+    ooc.DiskArray.from_numpy(np.zeros((64, 64), np.float32), path=path, page_shape=(8, 64))
+    w = ooc.DiskArray.open(path, writable=True)
+    real, calls = _storage.PagedFile.write, []
+
+    def failing_write(self, region, data):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("simulated failure part-way")
+        return real(self, region, data)
+
+    monkeypatch.setattr(_storage.PagedFile, "write", failing_write)
+    with ooc.MemoryBudget(8192), pytest.raises(KeyboardInterrupt):
+        w.update_(1.0)
+    monkeypatch.setattr(_storage.PagedFile, "write", real)
+    assert np.all(w.to_numpy() == 0) and np.all(ooc.DiskArray.open(path).to_numpy() == 0)
+    assert [p.name for p in tmp_path.iterdir()] == ["u.gpa"]
+    w.update_(3.0)  # the array still works, and writes its own file
+    assert np.all(ooc.DiskArray.open(path).to_numpy() == 3)
