@@ -234,3 +234,29 @@ def test_an_update_that_fails_part_way_changes_nothing(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["u.gpa"]
     w.update_(3.0)  # the array still works, and writes its own file
     assert np.all(ooc.DiskArray.open(path).to_numpy() == 3)
+
+
+def test_update_through_a_symlink_rewrites_its_target(tmp_path):
+    (tmp_path / "data").mkdir()
+    real = tmp_path / "data" / "w.gpa"
+    ooc.DiskArray.zeros((4, 4), path=real)
+    link = tmp_path / "w.gpa"
+    link.symlink_to(real)
+    ooc.DiskArray.open(link, writable=True).update_(5.0)
+    assert link.is_symlink()
+    np.testing.assert_array_equal(ooc.DiskArray.open(real).to_numpy(), np.full((4, 4), 5.0))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")
+def test_update_in_a_read_only_directory_names_it(tmp_path):
+    (tmp_path / "ro").mkdir()
+    path = tmp_path / "ro" / "w.gpa"
+    ooc.DiskArray.zeros((4, 4), path=path)
+    w = ooc.DiskArray.open(path, writable=True)
+    (tmp_path / "ro").chmod(0o555)
+    try:
+        with pytest.raises(PermissionError, match="not writable"):
+            w.update_(1.0)
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+    np.testing.assert_array_equal(w.to_numpy(), np.zeros((4, 4)))

@@ -42,10 +42,10 @@ def _start_time(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot), or None if unknown."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        # the command name (field 2) may contain spaces; fields after it are plain
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
         return None
-    # the command name (field 2) may contain spaces; fields after it are plain
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _alive(pid: int) -> bool:

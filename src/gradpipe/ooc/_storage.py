@@ -253,9 +253,18 @@ class PagedFile:
         if self.is_scratch or self._final_path is not None:
             yield self
             return
-        shadow = _partial_name(self.path)
+        target = os.path.realpath(self.path)  # replace a symlink's target, not the link
+        shadow = _partial_name(target)
         install_sigterm_cleanup()
-        fd = os.open(shadow, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(shadow, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except PermissionError as e:
+            raise PermissionError(
+                e.errno,
+                f"Overwriting {self.path!r} needs a temporary file next to it (so that it "
+                f"is replaced atomically), but {os.path.dirname(target)!r} is not "
+                "writable. Make the directory writable, or save a copy elsewhere.",
+            ) from None
         old_fd = self._fd
         try:
             os.fchmod(fd, os.fstat(old_fd).st_mode & 0o7777)
@@ -265,8 +274,8 @@ class PagedFile:
             self._fd = fd
             yield self
             os.fsync(fd)
-            os.replace(shadow, self.path)
-            _fsync_dir(self.path)
+            os.replace(shadow, target)
+            _fsync_dir(target)
         except BaseException:
             self._fd = old_fd
             _close_and_unlink(fd, shadow, False)
