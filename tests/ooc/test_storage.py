@@ -260,3 +260,23 @@ def test_update_in_a_read_only_directory_names_it(tmp_path):
     finally:
         (tmp_path / "ro").chmod(0o755)
     np.testing.assert_array_equal(w.to_numpy(), np.zeros((4, 4)))
+
+
+def test_an_interrupted_to_memmap_leaves_no_file(tmp_path, monkeypatch):
+    """A raw memmap has no header: a half-written one would read as valid data."""
+    a = ooc.DiskArray.from_numpy(np.ones((64, 64), np.float32))
+    real, calls = _storage.PagedFile.read, []
+
+    def failing_read(self, region=None, out=None):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("simulated failure part-way")
+        return real(self, region, out)
+
+    monkeypatch.setattr(_storage.PagedFile, "read", failing_read)
+    with pytest.raises(KeyboardInterrupt):
+        ooc.to_memmap(a, tmp_path / "m.raw", budget=8192)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(_storage.PagedFile, "read", real)
+    np.testing.assert_array_equal(ooc.to_memmap(a, tmp_path / "m.raw"), np.ones((64, 64)))
+    assert [p.name for p in tmp_path.iterdir()] == ["m.raw"]

@@ -165,7 +165,7 @@ class PagedFile:
         if not scratch:
             sweep_partials(final)  # left by a killed writer of the same name
             install_sigterm_cleanup()
-        tmp = _partial_name(final)
+        tmp = partial_name(final)
         header = encode_header(shape, dtype, page_shape)
         n_pages = math.prod(_page_grid(shape, page_shape))
         size = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
@@ -229,7 +229,7 @@ class PagedFile:
             os.fsync(self._fd)
         os.replace(self.path, self._final_path)
         if not self.is_scratch:
-            _fsync_dir(self._final_path)
+            fsync_dir(self._final_path)
         self.path = self._final_path
         self._final_path = None
         self._finalizer.detach()
@@ -254,7 +254,7 @@ class PagedFile:
             yield self
             return
         target = os.path.realpath(self.path)  # replace a symlink's target, not the link
-        shadow = _partial_name(target)
+        shadow = partial_name(target)
         install_sigterm_cleanup()
         try:
             fd = os.open(shadow, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -275,7 +275,7 @@ class PagedFile:
             yield self
             os.fsync(fd)
             os.replace(shadow, target)
-            _fsync_dir(target)
+            fsync_dir(target)
         except BaseException:
             self._fd = old_fd
             _close_and_unlink(fd, shadow, False)
@@ -450,12 +450,12 @@ class PagedFile:
         )
 
 
-def _partial_name(final: str) -> str:
+def partial_name(final: str) -> str:
     """The temporary name ``final`` is written under: its owner process, then random."""
     return f"{final}.partial-{owner_tag()}-{uuid.uuid4().hex[:8]}"
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
     """Make a rename into ``path``'s directory durable (a no-op where unsupported)."""
     try:
         fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
