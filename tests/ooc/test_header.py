@@ -53,10 +53,12 @@ def test_a_damaged_header_names_the_file_and_the_fault(tmp_path, meta, what):
 
 
 def test_length_field_past_the_header_and_truncated_header(tmp_path):
-    path = _write_header(tmp_path / "long.gpa", GOOD, length=10**6)
-    with pytest.raises(ValueError, match="length field") as info:
-        ooc.DiskArray.open(path)
-    assert str(path) in str(info.value)
+    past = _header.HEADER_BYTES - len(_header.MAGIC) - 4 + 1  # one byte past the end
+    for length in (past, 10**6):
+        path = _write_header(tmp_path / "long.gpa", GOOD, length=length)
+        with pytest.raises(ValueError, match="length field") as info:
+            ooc.DiskArray.open(path)
+        assert str(path) in str(info.value)
     good = ooc.DiskArray.from_numpy(np.ones((4, 2), np.float32), path=tmp_path / "good.gpa")
     raw = (tmp_path / "good.gpa").read_bytes()
     del good
