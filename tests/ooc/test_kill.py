@@ -191,7 +191,10 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path, app_handler):
     scratch_file = Path(child.stdout.readline().strip())
     assert child.stdout.readline().strip() == "paused"
     child.send_signal(signal.SIGTERM)
-    out, _ = child.communicate(timeout=60)
+    try:
+        out, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()  # a no-op when it exited; ends it when SIGTERM did not
     assert child.returncode == (3 if app_handler else 128 + signal.SIGTERM)
     assert ("app handler" in out) == app_handler
     assert not scratch_file.parent.exists()
