@@ -3,6 +3,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ def scratch_root():
     ooc.set_scratch_dir(root)
     yield root
     _handles.sweep()
+    jax.clear_caches()  # compiled programs hold the DiskArrays they closed over
     gc.collect()
     leftovers = [p for p in root.rglob("*") if p.is_file()]
     ooc.set_scratch_dir(None)

@@ -80,9 +80,9 @@ def test_traced_operators_and_methods(A):
 
 def test_vmap_is_refused_clearly(A):
     a = disk(A)
-    with pytest.raises(TypeError, match=r"do not support jax\.vmap"):
+    with pytest.raises(TypeError, match=r"does not support jax\.vmap"):
         jax.vmap(lambda s: ooc.sum(a * s))(jnp.arange(3.0))
-    with pytest.raises(TypeError, match=r"do not support jax\.vmap"):
+    with pytest.raises(TypeError, match=r"does not support jax\.vmap"):
         jax.vmap(lambda x: ooc.sum(x))(a)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc import _storage
+from gradpipe.ooc import _header, _storage
 
 
 def test_round_trip_with_odd_pages(rng, tmp_path):
@@ -28,7 +28,7 @@ def test_round_trip_with_odd_pages(rng, tmp_path):
 def test_header_names_shape_dtype_page_and_version(tmp_path):
     ooc.DiskArray.from_numpy(np.zeros((3, 4), np.float32), path=tmp_path / "h.gpa")
     raw = (tmp_path / "h.gpa").read_bytes()
-    assert raw.startswith(_storage.MAGIC)
+    assert raw.startswith(_header.MAGIC)
     assert b'"version": 1' in raw[:4096] and b'"shape": [3, 4]' in raw[:4096]
     assert b'"page_shape"' in raw[:4096] and b"<f4" in raw[:4096]
 
@@ -170,3 +170,113 @@ def test_zarr_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "zarr", None)
     with pytest.raises(ImportError, match=r"gradpipe\[zarr\]"):
         ooc.from_zarr("nowhere.zarr")
+
+
+def _sync_log(monkeypatch):
+    """Record fsyncs (by path) and renames, in order."""
+    log = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        log.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        log.append(("rename", os.fspath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(_storage.os, "fsync", fsync)
+    monkeypatch.setattr(_storage.os, "replace", replace)
+    return log
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_named_files_are_synced_before_and_after_their_rename(tmp_path, monkeypatch):
+    """Without these, a power cut can leave a named file of zeros, or no name at all."""
+    path = str(tmp_path / "d.gpa")
+    log = _sync_log(monkeypatch)
+    ooc.DiskArray.from_numpy(np.ones((4, 4), np.float32), path=path)
+    rename = log.index(("rename", path))
+    assert any(k == "fsync" and p.startswith(path + ".partial-") for k, p in log[:rename])
+    assert ("fsync", str(tmp_path)) in log[rename:]
+    log.clear()
+    ooc.DiskArray.open(path, writable=True).update_(2.0)  # through a shadow copy
+    rename = log.index(("rename", path))
+    assert any(k == "fsync" and p.startswith(path + ".partial-") for k, p in log[:rename])
+    assert ("fsync", str(tmp_path)) in log[rename:]
+
+
+def test_a_file_one_byte_short_is_refused(tmp_path):
+    ooc.DiskArray.from_numpy(np.ones((10, 10), np.float32), path=tmp_path / "s.gpa")
+    size = os.path.getsize(tmp_path / "s.gpa")
+    os.truncate(tmp_path / "s.gpa", size - 1)
+    with pytest.raises(ValueError, match="truncated"):
+        ooc.DiskArray.open(tmp_path / "s.gpa")
+
+
+def test_an_update_that_fails_part_way_changes_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "u.gpa"
+    ooc.DiskArray.from_numpy(np.zeros((64, 64), np.float32), path=path, page_shape=(8, 64))
+    w = ooc.DiskArray.open(path, writable=True)
+    real, calls = _storage.PagedFile.write, []
+
+    def failing_write(self, region, data):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("simulated failure part-way")
+        return real(self, region, data)
+
+    monkeypatch.setattr(_storage.PagedFile, "write", failing_write)
+    with ooc.MemoryBudget(8192), pytest.raises(KeyboardInterrupt):
+        w.update_(1.0)
+    monkeypatch.setattr(_storage.PagedFile, "write", real)
+    assert np.all(w.to_numpy() == 0) and np.all(ooc.DiskArray.open(path).to_numpy() == 0)
+    assert [p.name for p in tmp_path.iterdir()] == ["u.gpa"]
+    w.update_(3.0)  # the array still works, and writes its own file
+    assert np.all(ooc.DiskArray.open(path).to_numpy() == 3)
+
+
+def test_update_through_a_symlink_rewrites_its_target(tmp_path):
+    (tmp_path / "data").mkdir()
+    real = tmp_path / "data" / "w.gpa"
+    ooc.DiskArray.zeros((4, 4), path=real)
+    link = tmp_path / "w.gpa"
+    link.symlink_to(real)
+    ooc.DiskArray.open(link, writable=True).update_(5.0)
+    assert link.is_symlink()
+    np.testing.assert_array_equal(ooc.DiskArray.open(real).to_numpy(), np.full((4, 4), 5.0))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")
+def test_update_in_a_read_only_directory_names_it(tmp_path):
+    (tmp_path / "ro").mkdir()
+    path = tmp_path / "ro" / "w.gpa"
+    ooc.DiskArray.zeros((4, 4), path=path)
+    w = ooc.DiskArray.open(path, writable=True)
+    (tmp_path / "ro").chmod(0o555)
+    try:
+        with pytest.raises(PermissionError, match="not writable"):
+            w.update_(1.0)
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+    np.testing.assert_array_equal(w.to_numpy(), np.zeros((4, 4)))
+
+
+def test_an_interrupted_to_memmap_leaves_no_file(tmp_path, monkeypatch):
+    """A raw memmap has no header: a half-written one would read as valid data."""
+    a = ooc.DiskArray.from_numpy(np.ones((64, 64), np.float32))
+    real, calls = _storage.PagedFile.read, []
+
+    def failing_read(self, region=None, out=None):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("simulated failure part-way")
+        return real(self, region, out)
+
+    monkeypatch.setattr(_storage.PagedFile, "read", failing_read)
+    with pytest.raises(KeyboardInterrupt):
+        ooc.to_memmap(a, tmp_path / "m.raw", budget=8192)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(_storage.PagedFile, "read", real)
+    np.testing.assert_array_equal(ooc.to_memmap(a, tmp_path / "m.raw"), np.ones((64, 64)))
+    assert [p.name for p in tmp_path.iterdir()] == ["m.raw"]

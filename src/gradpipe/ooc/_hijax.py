@@ -13,7 +13,8 @@ range (``VJPHiPrimitive`` up to 0.11.1, ``HiPrim`` from 0.11.2) and changed the
   the primitive of its backward pass. Both expand to host code (`_host`): an
   ordered `io_callback` under tracing, a direct call in eager mode.
 
-vmap and forward-mode differentiation are refused with a `TypeError`; so is
+vmap, forward-mode differentiation, sharding and scanning over a DiskArray's rows
+are refused with a `TypeError` naming the transformation (`_refusals`); so is
 differentiating a backward pass (second order).
 """
 
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import hijax as _hx
 
-from . import _handles
+from . import _handles, _refusals
 from ._array import DiskArray, _forward, _is_concrete
 from ._budget import MemoryBudget
 from ._driver import Driver
@@ -38,14 +39,7 @@ __all__ = ["DiskArrayType", "OocBackwardPrim", "OocPrim", "bind", "scalar_type",
 # Both call `dce(used_outs)` (old) or `dce(used_outs, live_ins)` (new): see OocPrim.dce.
 _PrimBase: Any = getattr(_hx, "HiPrim", None) or _hx.VJPHiPrimitive
 
-_VMAP_ERROR = (
-    "gradpipe.ooc operations do not support jax.vmap: {what}. Loop in Python over the "
-    "batch, or stack the batch into one DiskArray and use a blocked operation on it."
-)
-
-
-def _refuse_vmap(what: str):
-    raise TypeError(_VMAP_ERROR.format(what=what))
+_refuse_vmap = _refusals.refuse_mapping
 
 
 # ---------------------------------------------------------------- the type
@@ -71,6 +65,8 @@ class DiskArrayType(_hx.HiType):
         self.dtype = np.dtype(dtype)
 
     ndim = property(lambda self: len(self.shape))
+    # jax 0.10 reads the manual-axis type of scan carries; a handle has the plain one
+    mat = property(lambda self: getattr(self.lo_ty()[0], "mat", None))
     weak_type = False
     is_disk_array = True  # how `_host` tells it from a 0-d ShapedArray
 
@@ -103,6 +99,8 @@ class DiskArrayType(_hx.HiType):
 
     def raise_val(self, *lo_vals):
         (h,) = lo_vals
+        if np.ndim(h) if not isinstance(h, jax.core.Tracer) else h.ndim:
+            _refusals.refuse_stacked_handles()
         if isinstance(h, jax.Array) and not isinstance(h, jax.core.Tracer):
             h = int(h)
         return DiskArray._from_handle(h, self.shape, self.dtype)
@@ -131,7 +129,13 @@ class DiskArrayType(_hx.HiType):
         _refuse_vmap(f"a DiskArray{list(self.shape)} cannot be batched")
 
     def leading_axis_spec(self):
-        _refuse_vmap("DiskArrays cannot be scanned over")
+        _refusals.refuse_scan_over(self.shape)
+
+    # shard_map / pmap
+    def shard(self, *args, **kwargs):
+        _refusals.refuse_sharding(f"a DiskArray{list(self.shape)} cannot be sharded")
+
+    unshard = nospec = shard
 
     # operators on traced DiskArrays: jax calls `aval._add(tracer, other)`
     _matmul = _traced("matmul")
@@ -205,10 +209,13 @@ class _Refusals:
         _refuse_vmap(f"{self.op!r} was called under vmap")
 
     def jvp(self, primals, tangents):
-        raise TypeError(
-            f"gradpipe.ooc operations support reverse mode (jax.grad, jax.vjp) only; "
-            f"{self.op!r} was called under forward mode (jax.jvp, jax.jacfwd, jax.linearize)."
-        )
+        _refusals.refuse_forward_mode(self.op)
+
+    def lin(self, nzs_in, *primals):
+        _refusals.refuse_forward_mode(self.op)
+
+    def linearized(self, residuals, *tangents):
+        _refusals.refuse_forward_mode(self.op)
 
 
 def _merge(dynamic, consts, fill):

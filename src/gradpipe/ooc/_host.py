@@ -8,9 +8,14 @@ its ``int32`` handle and each file it makes registered as a new handle.
 
 from __future__ import annotations
 
+import os
+import sys
+import weakref
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import core as _core
 from jax.experimental import io_callback
 
 from . import _handles
@@ -51,6 +56,58 @@ def _is_value(v) -> bool:
     return _is_concrete(v) or (isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer))
 
 
+def _staging() -> bool:
+    """Whether a JAX trace (jit, grad, ...) is recording operations right now.
+
+    Under a trace an operation is staged even when every input is concrete (a
+    closed-over `DiskArray` and Python numbers): run at trace time instead, its
+    result would be a file made once, baked into the compiled program as a
+    constant handle and released when the trace ends, so the first call would read
+    a released array, and a later ``update_`` of the closed-over array would never
+    be seen by the compiled program.
+    """
+    ctx, eval_trace = getattr(_core, "trace_ctx", None), getattr(_core, "EvalTrace", None)
+    if ctx is not None and eval_trace is not None:
+        return not isinstance(ctx.trace, eval_trace)
+    return _core.unsafe_am_i_under_a_jit()  # pragma: no cover - other jax layouts
+
+
+_programs_with_callbacks: weakref.WeakSet = weakref.WeakSet()
+_LOOP_SOURCES = (os.sep + os.path.join("lax", "control_flow") + os.sep,)
+
+
+def _starts_program() -> bool:
+    """Whether the callback being staged now is the first one of an outermost program.
+
+    That callback releases the intermediates of earlier runs (`_handles.sweep`)
+    before it runs, so a jitted function that takes no `DiskArray` argument (its
+    data closed over) does not leave one run's temporaries on disk per call. Only a
+    callback staged directly in the outermost ``jit`` trace, before any callback of
+    a nested ``jit``, ``scan`` or ``cond`` in it, qualifies: sweeping from inside a
+    nested program would release files the enclosing program still reads, and
+    sweeping from the body of an eagerly run ``scan``/``fori_loop``/``while_loop``
+    would release the `DiskArray` carried from one iteration to the next.
+    """
+    if not (hasattr(_core, "trace_ctx") and hasattr(_core, "unsafe_get_trace_stack")):
+        return False  # pragma: no cover - other jax layouts: never sweep early
+    stack = _core.unsafe_get_trace_stack(_core.trace_ctx.trace)
+    outer = [t for t in stack if type(t).__name__ == "DynamicJaxprTrace"]
+    if not outer:
+        return False
+    first = outer[0] not in _programs_with_callbacks
+    _programs_with_callbacks.add(outer[0])
+    return first and len(outer) == 1 and not _in_loop_body()
+
+
+def _in_loop_body() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if any(src in frame.f_code.co_filename for src in _LOOP_SOURCES):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def run_on_host(host_fn, in_types, out_types, args):
     """``host_fn(*files_and_scalars)`` for ``args``; returns DiskArrays and JAX scalars.
 
@@ -59,13 +116,22 @@ def run_on_host(host_fn, in_types, out_types, args):
     (or ``None``: zeros) per entry of ``out_types``.
     """
     lo = [_lower(a) for a in args]
+    # The files of concrete DiskArrays (closed-over data) become constant handles in
+    # a staged program: the callback holds them, so they live as long as any
+    # compiled program that names them, even after the caller drops its reference.
+    held = tuple(a._file for a in args if isinstance(a, DiskArray) and _is_concrete(a._handle))
 
-    def on_host(*vals):
+    staged = not all(_is_value(v) for v in lo) or _staging()
+    starts = staged and _starts_program()
+
+    def on_host(*vals, _held=held):
+        if starts:
+            _handles.sweep()
         with _handles.callback_running():
             outs = host_fn(*[_resolve(t, v) for t, v in zip(in_types, vals)])
             return tuple(_export(t, o) for t, o in zip(out_types, outs))
 
-    if all(_is_value(v) for v in lo):
+    if not staged:
         outs = on_host(*[np.asarray(v) for v in lo])
     else:
         specs = tuple(

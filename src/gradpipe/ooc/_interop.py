@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
 
 from ._array import DiskArray, _new_file, _row_chunks
 from ._budget import MemoryBudget, get_budget
+from ._debris import sweep_partials
+from ._storage import fsync_dir, partial_name
 
 __all__ = ["from_zarr", "to_memmap", "to_zarr"]
 
@@ -28,18 +31,38 @@ def _rows_per_copy(shape, itemsize: int, budget: MemoryBudget) -> int:
 
 
 def to_memmap(x: DiskArray, path: str | os.PathLike, *, budget=None) -> np.memmap:
-    """Write ``x`` to a raw ``np.memmap`` file at ``path`` (C order), row block by block."""
+    """Write ``x`` to a raw ``np.memmap`` file at ``path`` (C order), row block by block.
+
+    The file is written under a temporary name and renamed into place when complete
+    (a raw file has no header to tell a half-written one from a whole one).
+    """
     f = x._concrete_file("to_memmap")
-    mm = np.memmap(path, dtype=x.dtype, mode="w+", shape=x.shape)
-    step = _rows_per_copy(x.shape, x.dtype.itemsize, get_budget(budget))
-    for start in range(0, x.shape[0] if x.shape else 1, step):
-        if not x.shape:
-            mm[()] = f.read(None)
-            break
-        stop = min(start + step, x.shape[0])
-        mm[start:stop] = f.read((slice(start, stop), *(slice(0, n) for n in x.shape[1:])))
-    mm.flush()
-    return mm
+    path = os.fspath(path)
+    sweep_partials(path)
+    tmp = partial_name(path)
+    try:
+        mm = np.memmap(tmp, dtype=x.dtype, mode="w+", shape=x.shape)
+        step = _rows_per_copy(x.shape, x.dtype.itemsize, get_budget(budget))
+        for start in range(0, x.shape[0] if x.shape else 1, step):
+            if not x.shape:
+                mm[()] = f.read(None)
+                break
+            stop = min(start + step, x.shape[0])
+            mm[start:stop] = f.read((slice(start, stop), *(slice(0, n) for n in x.shape[1:])))
+        mm.flush()
+        del mm
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return np.memmap(path, dtype=x.dtype, mode="r+", shape=x.shape)
 
 
 def to_zarr(x: DiskArray, store, *, chunks=None, budget=None):

@@ -6,15 +6,17 @@ zeros) in C order of the page grid, so a tile that equals a page is one contiguo
 read. Other regions move as row pieces straight between the file and the array
 (`_pieces`): each byte once, with no staging page and no read-modify-write.
 
-The header is ``MAGIC``, then a little-endian ``uint32`` length, then JSON with the
-format version, shape, dtype and page shape.
+The header (`_header`) gives the format version, shape, dtype and page shape.
 
 Every file is written under a temporary name in its final directory and renamed
 into place only once complete (`PagedFile.commit`), so an interrupted write — a
 full disk, an exception part-way, a killed process — never leaves a partial array
-under a name anyone opens. Scratch files live in one directory per process (see
-`scratch_dir`), are removed when their array is garbage collected, and the
-directory itself is removed at interpreter exit.
+under a name anyone opens. Overwriting a named file (``update_``) goes through a
+shadow copy renamed over it (`PagedFile.rewriting`), so after a kill the file is
+entirely old or entirely new. Scratch files live in one directory per process (see
+`get_scratch_dir`), are removed when their array is garbage collected, and the
+directory itself is removed at interpreter exit; what a killed process leaves
+behind is swept by the next one (`_debris`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
-import json
 import math
 import os
 import shutil
-import struct
 import tempfile
 import threading
 import uuid
@@ -36,6 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ._debris import (
+    SCRATCH_PREFIX,
+    install_sigterm_cleanup,
+    owner_tag,
+    sweep_partials,
+    sweep_scratch_root,
+)
+from ._header import FORMAT_VERSION, HEADER_BYTES, decode_header, encode_header
 from ._iostats import record_read, record_write
 from ._pieces import pread_all, pwrite_all, read_pieces, region_pieces, write_pieces
 
@@ -46,9 +54,6 @@ __all__ = [
     "set_scratch_dir",
 ]
 
-MAGIC = b"GPOOC\x00\x01\x00"
-FORMAT_VERSION = 1
-HEADER_BYTES = 4096
 SUFFIX = ".gpa"
 
 Region = tuple[slice, ...]
@@ -85,7 +90,10 @@ def get_scratch_dir() -> Path:
                 os.environ.get("GRADPIPE_SCRATCH") or tempfile.gettempdir()
             )
             root.mkdir(parents=True, exist_ok=True)
-            _session_dir = Path(tempfile.mkdtemp(prefix=f"gradpipe-ooc-{os.getpid()}-", dir=root))
+            sweep_scratch_root(root)  # directories of killed processes
+            install_sigterm_cleanup()
+            prefix = f"{SCRATCH_PREFIX}{owner_tag()}-"
+            _session_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
             _session_dirs.append(_session_dir)
         return _session_dir
 
@@ -154,8 +162,11 @@ class PagedFile:
         dtype = np.dtype(dtype)
         scratch = path is None
         final = str(get_scratch_dir() / f"{uuid.uuid4().hex}{SUFFIX}") if scratch else str(path)
-        tmp = f"{final}.partial-{uuid.uuid4().hex[:8]}"
-        header = _encode_header(shape, dtype, page_shape)
+        if not scratch:
+            sweep_partials(final)  # left by a killed writer of the same name
+            install_sigterm_cleanup()
+        tmp = partial_name(final)
+        header = encode_header(shape, dtype, page_shape)
         n_pages = math.prod(_page_grid(shape, page_shape))
         size = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -178,12 +189,20 @@ class PagedFile:
     def open(cls, path: str | os.PathLike, *, writable: bool = False) -> PagedFile:
         """Open a committed file, checking its header and its length."""
         path = str(path)
+        sweep_partials(path)
+        if os.path.isdir(path):
+            raise IsADirectoryError(
+                errno.EISDIR, f"{path!r} is a directory, not a gradpipe array file.", path
+            )
         try:
             fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
         except FileNotFoundError:
             raise FileNotFoundError(f"No gradpipe array file at {path!r}.") from None
+        except PermissionError as e:
+            how = "writing" if writable else "reading"
+            raise PermissionError(e.errno, f"{path!r} cannot be opened for {how}.", path) from None
         try:
-            shape, dtype, page_shape = _decode_header(os.pread(fd, HEADER_BYTES, 0), path)
+            shape, dtype, page_shape = decode_header(os.pread(fd, HEADER_BYTES, 0), path)
             n_pages = math.prod(_page_grid(shape, page_shape))
             expected = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
             actual = os.fstat(fd).st_size
@@ -209,12 +228,62 @@ class PagedFile:
         if not self.is_scratch:
             os.fsync(self._fd)
         os.replace(self.path, self._final_path)
+        if not self.is_scratch:
+            fsync_dir(self._final_path)
         self.path = self._final_path
         self._final_path = None
         self._finalizer.detach()
         keep = not self.is_scratch
         self._finalizer = weakref.finalize(self, _close_and_unlink, self._fd, self.path, keep)
         return self
+
+    @contextlib.contextmanager
+    def rewriting(self) -> Iterator[PagedFile]:
+        """Overwrite every element of a named file atomically: entirely old or new.
+
+        Inside the block, writes go to a shadow copy (a ``.partial-`` file next to
+        this one, not filled from it: the block must write every element); at the
+        end the shadow is synced and renamed over the file, so a process killed
+        at any point leaves the file as it was before or as it is after, never
+        half of each. An exception discards the shadow. Scratch files and files not
+        yet committed are written in place (nobody can open them after a kill).
+        Other `PagedFile` objects opened on the same path keep reading the old
+        contents until they are opened again.
+        """
+        if self.is_scratch or self._final_path is not None:
+            yield self
+            return
+        target = os.path.realpath(self.path)  # replace a symlink's target, not the link
+        shadow = partial_name(target)
+        install_sigterm_cleanup()
+        try:
+            fd = os.open(shadow, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except PermissionError as e:
+            raise PermissionError(
+                e.errno,
+                f"Overwriting {self.path!r} needs a temporary file next to it (so that it "
+                f"is replaced atomically), but {os.path.dirname(target)!r} is not "
+                "writable. Make the directory writable, or save a copy elsewhere.",
+            ) from None
+        old_fd = self._fd
+        try:
+            os.fchmod(fd, os.fstat(old_fd).st_mode & 0o7777)
+            size = HEADER_BYTES + math.prod(self.grid) * self.page_bytes
+            _allocate(fd, size, shadow)
+            os.pwrite(fd, encode_header(self.shape, self.dtype, self.page_shape), 0)
+            self._fd = fd
+            yield self
+            os.fsync(fd)
+            os.replace(shadow, target)
+            fsync_dir(target)
+        except BaseException:
+            self._fd = old_fd
+            _close_and_unlink(fd, shadow, False)
+            raise
+        self._finalizer.detach()
+        with contextlib.suppress(OSError):
+            os.close(old_fd)
+        self._finalizer = weakref.finalize(self, _close_and_unlink, fd, self.path, True)
 
     def discard(self) -> None:
         """Close and remove the file now (used when a write fails part-way)."""
@@ -381,6 +450,24 @@ class PagedFile:
         )
 
 
+def partial_name(final: str) -> str:
+    """The temporary name ``final`` is written under: its owner process, then random."""
+    return f"{final}.partial-{owner_tag()}-{uuid.uuid4().hex[:8]}"
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename into ``path``'s directory durable (a no-op where unsupported)."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _close_and_unlink(fd: int, path: str, keep: bool) -> None:
     with contextlib.suppress(OSError):
         os.close(fd)
@@ -406,34 +493,3 @@ def _allocate(fd: int, size: int, path: str) -> None:
             os.ftruncate(fd, size)
             return
         raise
-
-
-def _encode_header(shape, dtype: np.dtype, page_shape) -> bytes:
-    meta = json.dumps(
-        {
-            "version": FORMAT_VERSION,
-            "shape": list(shape),
-            "dtype": dtype.str,
-            "page_shape": list(page_shape),
-        }
-    ).encode()
-    body = MAGIC + struct.pack("<I", len(meta)) + meta
-    if len(body) > HEADER_BYTES:
-        raise ValueError(f"array of {len(shape)} dimensions is too many for the file header.")
-    return body.ljust(HEADER_BYTES, b"\x00")
-
-
-def _decode_header(raw: bytes, path: str):
-    if len(raw) < len(MAGIC) + 4 or not raw.startswith(MAGIC):
-        raise ValueError(f"{path!r} is not a gradpipe array file (bad magic bytes).")
-    (n,) = struct.unpack_from("<I", raw, len(MAGIC))
-    start = len(MAGIC) + 4
-    if start + n > len(raw):
-        raise ValueError(f"{path!r} has a damaged header; recreate the file.")
-    meta = json.loads(raw[start : start + n])
-    if meta.get("version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{path!r} uses array format version {meta.get('version')}; this gradpipe "
-            f"reads version {FORMAT_VERSION}."
-        )
-    return tuple(meta["shape"]), np.dtype(meta["dtype"]), tuple(meta["page_shape"])

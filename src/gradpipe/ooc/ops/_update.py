@@ -35,17 +35,18 @@ class Update(CustomOp):
             )
         if value is target:
             return target
-        rows = max(1, driver.budget.nbytes // 4 // max(1, _row_bytes(target)))
-        for start in range(0, max(target.shape[0], 1) if target.shape else 1, rows):
-            if not target.shape:
-                target.write(None, driver.read(value, None))
-                break
-            r = (
-                slice(start, min(start + rows, target.shape[0])),
-                *(slice(0, n) for n in target.shape[1:]),
-            )
-            block = driver.read(value, r if getattr(value, "shape", ()) else None)
-            target.write(r, np.asarray(block, target.dtype))
+        with target.rewriting():  # a named file: entirely old or new after a kill
+            rows = max(1, driver.budget.nbytes // 4 // max(1, _row_bytes(target)))
+            for start in range(0, max(target.shape[0], 1) if target.shape else 1, rows):
+                if not target.shape:
+                    target.write(None, driver.read(value, None))
+                    break
+                r = (
+                    slice(start, min(start + rows, target.shape[0])),
+                    *(slice(0, n) for n in target.shape[1:]),
+                )
+                block = driver.read(value, r if getattr(value, "shape", ()) else None)
+                target.write(r, np.asarray(block, target.dtype))
         return target
 
     def backward(self, driver, inputs, output, g, wants):
