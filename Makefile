@@ -1,11 +1,12 @@
-# gradpipe: `make demo` and `make test` are all a fresh clone needs.
+# gradpipe: `make demo` and `make test` are all a fresh clone needs; `make docs` builds the site.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gradpipe-installed
+DOCS_STAMP := $(VENV)/.gradpipe-docs-installed
 PEER_VENV ?= .venv-peer
 
-.PHONY: demo test bench lint format clean
+.PHONY: demo test docs bench lint format clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The site (mkdocs-material + mkdocstrings) into site/. --strict turns every warning
+# into a failure: a broken link, a missing anchor, an unresolved cross-reference.
+$(DOCS_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install --quiet -e ".[all,dev,docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples tools
@@ -42,4 +52,4 @@ bench: $(STAMP) $(PEER_VENV)/.installed
 	PEER_PYTHON=$(abspath $(PEER_VENV))/bin/python $(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) $(PEER_VENV) build dist src/*.egg-info
+	rm -rf $(VENV) $(PEER_VENV) build dist site src/*.egg-info
