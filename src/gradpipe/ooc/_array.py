@@ -245,6 +245,7 @@ class DiskArray:
     sum = _forward("sum")
     mean = _forward("mean")
     max = _forward("max")
+    astype = _forward("astype")
     update_ = _forward("update_")
 
 

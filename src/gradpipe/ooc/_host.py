@@ -38,6 +38,11 @@ def _export(t, value) -> np.ndarray:
         return np.asarray(0 if value is None else value, t.dtype)
     if value is None or isinstance(value, _handles.ZeroFile):  # e.g. an unwanted gradient
         return np.int32(_handles.ZERO_HANDLE)
+    if np.dtype(value.dtype) != t.dtype:  # the type JAX holds must say what the file holds
+        raise TypeError(
+            f"an out-of-core operation made a {np.dtype(value.dtype).name} array where its "
+            f"output type says {t.dtype.name}; make its output_dtype (or backward) agree."
+        )
     return np.int32(_handles.register(value, unclaimed=True))
 
 

@@ -3,6 +3,7 @@
 from ._elementwise import (
     abs,
     add,
+    astype,
     cos,
     divide,
     exp,
@@ -28,6 +29,7 @@ from ._update import update_
 __all__ = [
     "abs",
     "add",
+    "astype",
     "cos",
     "divide",
     "exp",
