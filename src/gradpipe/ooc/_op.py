@@ -70,6 +70,8 @@ class BlockParallelOp(_OpBase):
       ``backward_block(g_block, out_block, *blocks)``.
     - optionally `reduction_shape(*input_shapes)` and `combine(acc, part)`
       (default ``acc + part``, in place).
+    - optionally `finish(acc)`: the output tile from its combined partials (a
+      mean divides its sum once here).
     - optionally `forward_into(out, *blocks, accumulate)`: write the partial into
       the C-contiguous output tile ``out`` (``accumulate=False``, first reduction
       step) or add it there (later steps), instead of `forward_block` + `combine`;

@@ -31,7 +31,8 @@ _UNARY = {
     "log": (np.log, lambda x, y, p: 1 / x),
     "sqrt": (np.sqrt, lambda x, y, p: 0.5 / y),
     "square": (np.square, lambda x, y, p: 2 * x),
-    "abs": (np.abs, lambda x, y, p: np.sign(x)),
+    # conj: JAX's cotangent of |z| is conj(z)/|z| (the rest are holomorphic: no conj)
+    "abs": (np.abs, lambda x, y, p: np.conj(np.sign(x))),
     "sin": (np.sin, lambda x, y, p: np.cos(x)),
     "cos": (np.cos, lambda x, y, p: -np.sin(x)),
     "tanh": (np.tanh, lambda x, y, p: 1 - y * y),

@@ -61,8 +61,9 @@ class _Reduction(BlockParallelOp):
 @frozen
 class Sum(_Reduction):
     """Sum over ``axes``, in NumPy's dtype: small ints and bools sum as the platform
-    int (int64), unsigned ones as uint64; float16 accumulates in float32 (NumPy's
-    pairwise sum does too) and is rounded once at the end."""
+    int (int64), unsigned ones as uint64. float16 accumulates in float32 and is
+    rounded once at the end (NumPy does so along the last axis; along others it
+    rounds every addition to float16, so this can be closer to the true sum)."""
 
     @property
     def name(self) -> str:
@@ -79,8 +80,10 @@ class Sum(_Reduction):
         return block
 
     def forward_block(self, x):
-        acc = self._accumulator(x.dtype)
-        return self._scale(np.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=acc))
+        return np.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self._accumulator(x.dtype))
+
+    def finish(self, acc):
+        return self._scale(acc)
 
     def backward_block(self, g, x):
         g = self._scale(self._expand(g, x.ndim))
@@ -100,7 +103,8 @@ class Sum(_Reduction):
 class Mean(Sum):
     """Mean over ``axes`` (``count`` elements each), in NumPy's dtype: float64 for
     ints and bools (accumulated in float64, so never overflowing), float16 for
-    float16 (accumulated in float32). Empty axes give NaN, as in NumPy."""
+    float16 (accumulated in float32); the sum is divided once, at the end. Empty
+    axes give NaN, as in NumPy."""
 
     count: int = 1
 
