@@ -31,7 +31,7 @@ from ._array import DiskArray, _forward, _is_concrete
 from ._budget import MemoryBudget
 from ._driver import Driver
 from ._host import run_on_host
-from ._promotion import check_x64, is_constant, is_differentiable, operand_dtypes
+from ._promotion import is_constant, is_differentiable, operand_dtypes
 
 __all__ = ["DiskArrayType", "OocBackwardPrim", "OocPrim", "bind", "scalar_type", "type_of"]
 
@@ -363,10 +363,8 @@ def bind(op, budget: MemoryBudget, *args):
     for pos, (a, dtype) in enumerate(zip(args, operand_dtypes(args, type_of, op.name))):
         if is_constant(a):
             consts.append((pos, np.asarray(a, dtype).item(), dtype.str))
-        else:
-            if type_of(a) is None:
-                check_x64(dtype, f"{op.name}: the scalar operand {pos}")
-            dynamic.append(as_input(a, dtype, op.name))
+        else:  # a weak JAX value that NumPy would widen stays 32-bit while x64 is off
+            dynamic.append(as_input(a, jax.dtypes.canonicalize_dtype(dtype), op.name))
     prim = OocPrim(
         op,
         budget,

@@ -16,9 +16,11 @@ same operation on in-memory arrays:
 
 JAX holds 64-bit values only while ``jax_enable_x64`` is on; otherwise it would
 round a float64 result to float32 (and wrap an int64 sum to int32) without a
-word. So an operation whose 0-d result or traced scalar operand needs a 64-bit
-dtype refuses with a `TypeError` while x64 is off. `DiskArray` results are not
-affected: their data stays on disk in its own dtype.
+word. So an operation whose 0-d result needs a 64-bit dtype refuses with a
+`TypeError` while x64 is off. `DiskArray` results are not affected: their data
+stays on disk in its own dtype. (A weakly typed JAX scalar that NumPy's rule
+would widen to 64 bits keeps the 32-bit value JAX holds; the result still has
+NumPy's dtype, as the host computes in it.)
 """
 
 from __future__ import annotations

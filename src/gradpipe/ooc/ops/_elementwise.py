@@ -65,9 +65,16 @@ class Unary(BlockParallelOp):
 
     fn: str
     p: int | float | complex = 1.0
-    # the exponent's Python type: ``2`` and ``2.0`` give different dtypes (NEP 50)
-    # but compare equal, so equal ops would otherwise share one compilation
+    # the exponent's type: a Python type name (a weak number, NEP 50) or a dtype
+    # (a NumPy scalar). ``2`` and ``2.0`` give different dtypes but compare equal,
+    # so without it equal ops would share one compilation.
     p_type: str = "float"
+
+    @property
+    def _p(self):
+        if self.p_type in ("int", "float", "complex"):
+            return self.p
+        return np.dtype(self.p_type).type(self.p)
 
     @property
     def name(self) -> str:
@@ -84,7 +91,7 @@ class Unary(BlockParallelOp):
 
     def _f(self, x):
         if self.fn == "power":
-            return np.power(x, self.p)
+            return np.power(x, self._p)
         return _UNARY[self.fn][0](x)
 
     def forward_block(self, x):
@@ -93,7 +100,7 @@ class Unary(BlockParallelOp):
     def backward_block(self, g, x):
         if not is_differentiable(x.dtype):
             return (None,)
-        d = _UNARY[self.fn][1](x, self._f(x), self.p)
+        d = _UNARY[self.fn][1](x, self._f(x), self._p)
         return (_block_grad(g * d, x),)
 
 
@@ -232,20 +239,22 @@ add, subtract, multiply, divide, maximum, minimum = (_binary(f) for f in _BINARY
 def power(x, p, *, budget=None):
     """``x ** p`` elementwise for a DiskArray ``x`` and a constant number ``p``.
 
-    ``p`` is a Python number and promotes as one (NEP 50): ``int8 ** 2`` is int8,
-    ``int8 ** 2.5`` is float64, ``float32 ** 2.5`` is float32.
+    ``p`` promotes as in NumPy 2 (NEP 50): a Python number is weak (``int8 ** 2``
+    is int8, ``int8 ** 2.5`` float64, ``float32 ** 2.5`` float32), a NumPy scalar
+    is not (``float16 ** np.float32(2)`` is float32).
     """
+    p_type = np.dtype(type(p)).str if isinstance(p, np.generic) else type(p).__name__
     if isinstance(p, np.generic):
         p = p.item()
     if not isinstance(p, (int, float, complex)) or isinstance(p, bool):
-        raise TypeError(f"power(x, p): p must be a Python number, got {type(p).__name__}.")
+        raise TypeError(f"power(x, p): p must be a number, got {type(p).__name__}.")
     t = type_of(x)
     if t is not None and t.dtype.kind in "biu" and isinstance(p, int) and p < 0:
         raise ValueError(
             f"power: integers to negative integer powers are not allowed (a {t.dtype.name} "
             f"array to the power {p}), as in NumPy; use a float power such as {float(p)}."
         )
-    return apply(Unary("power", p, type(p).__name__), x, budget=budget)
+    return apply(Unary("power", p, p_type), x, budget=budget)
 
 
 def astype(x, dtype, *, budget=None):
