@@ -570,6 +570,13 @@ def test_max_propagates_nan_and_refuses_an_empty_axis(tiny_budget):
         with pytest.raises(ValueError, match=r"max over axes \(0,\).*no identity"):
             fn(disk(np.zeros((0, 3), np.float32)), 0)
     assert ooc.max(disk(np.zeros((0, 3), np.float32)), axis=1).shape == (0,)
+    # the gradient of a NaN maximum is NaN over its group, as in JAX (it was 0)
+    for f_ooc, f_jnp in [
+        (lambda x: ooc.max(x), lambda x: jnp.max(x)),
+        (lambda x: ooc.sum(ooc.max(x, axis=1)), lambda x: jnp.sum(jnp.max(x, axis=1))),
+    ]:
+        got = jax.grad(f_ooc)(disk(X)).to_numpy()
+        np.testing.assert_array_equal(got, jax.grad(f_jnp)(X))
 
 
 def test_complex_abs_gradient_is_conjugated_as_in_jax(tiny_budget):

@@ -182,7 +182,11 @@ class _MaxGrad(_Reduction):
 
     def forward_block(self, x, m, g, c):
         m, g, c = (self._expand(v, x.ndim) for v in (m, g, c))
-        return np.where(x == m, g / c, 0).astype(x.dtype)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = g / c
+        # a NaN maximum equals no element (count 0): its whole group gets NaN, as
+        # in JAX, rather than a zero gradient that would hide the NaN
+        return np.where(x == m, share, np.where(c == 0, np.nan, 0)).astype(x.dtype)
 
 
 def _reduce(op_cls, x, axis, keepdims, budget, **extra):
