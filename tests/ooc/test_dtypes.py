@@ -527,6 +527,11 @@ def test_integer_inputs_get_an_all_zero_gradient_of_their_dtype(tiny_budget):
     _, vjp = jax.vjp(lambda x: ooc.sum(ooc.astype(x, np.float32)), X)
     (gx,) = vjp(np.float32(1))
     assert gx.dtype == np.int16 and not gx.to_numpy().any()
+    # a cast to an int passes no gradient, whatever cotangent comes in
+    x = disk(np.linspace(0, 3, 5, dtype=np.float32))
+    _, vjp = jax.vjp(lambda x: ooc.astype(x, np.int16), x)
+    (gx,) = vjp(disk(np.ones(5, np.int16)))
+    assert gx.dtype == np.float32 and not gx.to_numpy().any()
     with jax.enable_x64(True):  # exp of ints is a float (NumPy's), its input gets 0
         (gx,) = jax.vjp(lambda x: ooc.sum(ooc.exp(x)), X)[1](np.float32(1))  # int16: float32
         assert gx.dtype == np.int16 and not gx.to_numpy().any()

@@ -31,7 +31,7 @@ from ._array import DiskArray, _forward, _is_concrete
 from ._budget import MemoryBudget
 from ._driver import Driver
 from ._host import run_on_host
-from ._promotion import is_constant, is_differentiable, operand_dtypes
+from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
 
 __all__ = ["DiskArrayType", "OocBackwardPrim", "OocPrim", "bind", "scalar_type", "type_of"]
 
@@ -364,7 +364,7 @@ def bind(op, budget: MemoryBudget, *args):
         if is_constant(a):
             consts.append((pos, np.asarray(a, dtype).item(), dtype.str))
         else:  # a weak JAX value that NumPy would widen stays 32-bit while x64 is off
-            dynamic.append(as_input(a, jax.dtypes.canonicalize_dtype(dtype), op.name))
+            dynamic.append(as_input(a, canonical_dtype(dtype), op.name))
     prim = OocPrim(
         op,
         budget,

@@ -25,12 +25,14 @@ NumPy's dtype, as the host computes in it.)
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "canonical_dtype",
     "check_x64",
     "is_constant",
     "is_differentiable",
@@ -97,10 +99,20 @@ def operand_dtypes(args: Sequence[Any], type_of, what: str) -> list[np.dtype]:
     return out
 
 
-def _x64_enabled() -> bool:
+def canonical_dtype(dtype) -> np.dtype:
+    """The dtype JAX stores ``dtype`` as now (32-bit for 64-bit ones while x64 is off)."""
     import jax
 
-    return jax.dtypes.canonicalize_dtype(np.float64) == np.float64
+    canonicalize = getattr(jax.dtypes, "canonicalize_dtype", None)
+    if canonicalize is not None:
+        return np.dtype(canonicalize(dtype))
+    with warnings.catch_warnings():  # "float64 is not available" while x64 is off
+        warnings.simplefilter("ignore")
+        return np.dtype(jax.numpy.result_type(dtype))
+
+
+def _x64_enabled() -> bool:
+    return canonical_dtype(np.float64) == np.float64
 
 
 def check_x64(dtype, what: str) -> None:

@@ -129,6 +129,8 @@ class Cast(BlockParallelOp):
         return x.astype(self.dtype)
 
     def backward_block(self, g, x):
+        if not is_differentiable(self.dtype):  # through ints or bools: no gradient
+            return (None,)
         return (_block_grad(g, x),)
 
 
