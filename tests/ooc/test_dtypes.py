@@ -74,6 +74,10 @@ OPS: dict[str, Op] = {
     "divide": Op("binary", ooc.divide, np.divide, jnp.divide),
     "maximum": Op("binary", ooc.maximum, np.maximum, jnp.maximum),
     "minimum": Op("binary", ooc.minimum, np.minimum, jnp.minimum),
+    **{
+        name: Op("binary", getattr(ooc, name), getattr(np, name))
+        for name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+    },
     "sum": Op("reduce", ooc.sum, np.sum, jnp.sum, exact=False),
     "mean": Op("reduce", ooc.mean, np.mean, jnp.mean, exact=False),
     "max": Op("reduce", ooc.max, np.max, jnp.max),
@@ -315,7 +319,10 @@ def test_update_casts_within_a_kind_and_refuses_across_kinds(data, seed, dt, dv)
 
 def _grad_case(data, rng):
     """(ooc function, jnp function, differentiated arrays, closed-over arrays)."""
-    name = data.draw(st.sampled_from([n for n in OPS if n not in ("update_", "astype")]))
+    # comparisons have bool results: no gradient to compare
+    name = data.draw(
+        st.sampled_from([n for n, o in OPS.items() if o.jnp_fn or o.kind in ("unary", "layout")])
+    )
     op = OPS[name]
     dtypes_ = INEXACT
     dtype = data.draw(st.sampled_from(dtypes_))
@@ -621,3 +628,15 @@ def test_a_0d_disk_array_gets_a_0d_disk_array_gradient(tiny_budget):
         ga, gb = grad(lambda a, b: ooc.sum(a * b), (0, 1))(a, b)
         assert isinstance(ga, ooc.DiskArray) and ga.shape == () and ga.dtype == np.float32
         assert float(ga.to_numpy()) == 6.0 and (gb.to_numpy() == 2.0).all()
+
+
+def test_comparisons_give_bools_and_no_gradient(tiny_budget):
+    X = np.arange(-3, 3, dtype=np.float32)
+    x = disk(X)
+    for got, want in [(x < 0, X < 0), (0 <= x, X >= 0), (x > 1, X > 1), (x >= x, X >= X)]:
+        assert got.dtype == np.bool_
+        np.testing.assert_array_equal(got.to_numpy(), want)
+    np.testing.assert_array_equal(ooc.equal(x, 0.0).to_numpy(), X == 0)
+    loss = lambda x: ooc.sum(ooc.astype(x > 0, np.float32) * x)
+    g = jax.jit(jax.grad(loss))(x).to_numpy()
+    np.testing.assert_array_equal(g, jax.grad(lambda x: jnp.sum((x > 0) * x))(X))

@@ -153,6 +153,11 @@ _BINARY = {
 }
 
 
+# comparisons: bool results, no gradient (as in JAX)
+_COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+_BINARY.update({name: (getattr(np, name), None, None) for name in _COMPARISONS})
+
+
 def _broadcast_region(out_r, shape):
     if not shape:
         return None
@@ -204,7 +209,7 @@ class Binary(BlockParallelOp):
         _, da, db = _BINARY[self.fn]
         grads = []
         for x, d in ((a, da), (b, db)):
-            if not is_differentiable(x.dtype):
+            if d is None or not is_differentiable(x.dtype):
                 grads.append(None)
                 continue
             grads.append(to_primal_dtype(_unbroadcast(d(a, b, g), np.shape(x)), x.dtype))
@@ -235,7 +240,8 @@ def _binary(fn):
 negative, exp, log, sqrt, square, abs, sin, cos, tanh, sigmoid, relu = (
     _unary(f) for f in list(_UNARY)[:-1]
 )
-add, subtract, multiply, divide, maximum, minimum = (_binary(f) for f in _BINARY)
+add, subtract, multiply, divide, maximum, minimum = (_binary(f) for f in list(_BINARY)[:6])
+equal, not_equal, less, less_equal, greater, greater_equal = (_binary(f) for f in _COMPARISONS)
 
 
 def power(x, p, *, budget=None):
