@@ -148,12 +148,15 @@ class Max(_Reduction):
 
 @frozen
 class _CountEqual(_Reduction):
-    """How many elements along ``axes`` equal the maximum (for tie splitting)."""
+    """How many elements along ``axes`` equal the maximum (for tie splitting), as
+    int64: float16 would miscount past 2048 ties."""
+
+    def output_dtype(self, *_):
+        return np.dtype(np.int64)
 
     def forward_block(self, x, m):
-        return np.sum(x == self._expand(m, x.ndim), axis=self.axes, keepdims=self.keepdims).astype(
-            x.dtype
-        )
+        equal = x == self._expand(m, x.ndim)
+        return np.sum(equal, axis=self.axes, keepdims=self.keepdims, dtype=np.int64)
 
     def index_map(self, out_r, red_r, s, sm):
         return (super().index_map(out_r, red_r, s)[0], out_r if sm else None)
