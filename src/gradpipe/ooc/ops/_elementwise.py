@@ -41,8 +41,15 @@ _UNARY = {
         lambda x: np.maximum(x, np.zeros((), x.dtype)),
         lambda x, y, p: (x > 0).astype(x.dtype),
     ),
-    "power": (None, lambda x, y, p: p * np.power(x, p - 1)),
+    "power": (None, lambda x, y, p: _power_derivative(x, p)),
 }
+
+
+def _power_derivative(x, p):
+    """``p * x ** (p - 1)``; zero for an int ``p = 0``, as JAX (no 0 * inf at x = 0)."""
+    if isinstance(p, (int, np.integer)) and p == 0:
+        return np.zeros_like(x)
+    return p * np.power(x, p - 1)
 
 
 def _numpy_dtype(name: str, fn, *dtypes) -> np.dtype:
