@@ -654,3 +654,14 @@ def test_max_splits_many_float16_ties(tiny_budget):
     g = jax.grad(lambda x: ooc.max(x))(disk(X)).to_numpy(force=True)
     assert g.dtype == np.float16
     np.testing.assert_array_equal(g, np.full(X.shape, 1 / 70_000, np.float16))
+
+
+def test_mean_gradient_of_a_long_float16_array(tiny_budget):
+    """1/count was taken in float16, where 70000 is inf: a zero gradient."""
+    X = np.ones((70_000, 1), np.float16)
+    for axis in (None, 0):
+        f = lambda x: ooc.mean(x) if axis is None else ooc.sum(ooc.mean(x, axis=axis))
+        g = jax.grad(f)(disk(X)).to_numpy(force=True)
+        want = jax.grad(lambda x: jnp.sum(jnp.mean(x, axis=axis)))(X)
+        assert g.dtype == np.float16 and g[0, 0] > 0
+        np.testing.assert_array_equal(g, want)

@@ -116,6 +116,9 @@ class Mean(Sum):
         return np.mean(np.zeros(1, dx)).dtype
 
     def _scale(self, block):
+        block = np.asarray(block)
+        if block.dtype == np.float16:  # a count past 65504 is inf in float16
+            block = block.astype(np.float32)
         with np.errstate(invalid="ignore", divide="ignore"):
             return block / np.asarray(self.count, block.dtype)
 
