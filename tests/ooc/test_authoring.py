@@ -90,8 +90,8 @@ def test_custom_op_forward_and_backward(rng):
     np.testing.assert_allclose(cumsum_rows(x).to_numpy(), np.cumsum(X, 0))
     W = rng.standard_normal((10, 3))
     w = ooc.DiskArray.from_numpy(W)
-    g = jax.grad(lambda x: ooc.sum(cumsum_rows(x) * w))(x)
-    with jax.enable_x64(True):
+    with jax.enable_x64(True):  # a float64 loss is a JAX value: it needs x64
+        g = jax.grad(lambda x: ooc.sum(cumsum_rows(x) * w))(x)
         want = jax.grad(lambda x: jnp.sum(jnp.cumsum(x, 0) * W))(X)
     np.testing.assert_allclose(g.to_numpy(), want, rtol=1e-10)
 

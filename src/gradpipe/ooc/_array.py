@@ -239,12 +239,18 @@ class DiskArray:
     __truediv__ = _forward("divide")
     __rtruediv__ = _forward("divide", reflected=True)
     __neg__ = _forward("negative")
+    # elementwise comparisons (``==``/``!=`` stay identity: use ooc.equal/not_equal)
+    __lt__ = _forward("less")
+    __le__ = _forward("less_equal")
+    __gt__ = _forward("greater")
+    __ge__ = _forward("greater_equal")
     __pow__ = _forward("power")
     __getitem__ = _forward("getitem")
     T = property(_forward("transpose"))
     sum = _forward("sum")
     mean = _forward("mean")
     max = _forward("max")
+    astype = _forward("astype")
     update_ = _forward("update_")
 
 

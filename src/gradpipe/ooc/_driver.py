@@ -234,6 +234,8 @@ class Driver:
                     if any(np.may_share_memory(part, b) for b in blocks):
                         part = part.copy()  # blocks are recycled; `combine` may update in place
                     acc = part if first else op.combine(acc, part)
+                    if last and hasattr(op, "finish"):
+                        acc = op.finish(acc)  # e.g. a mean's one division of the sum
                 if last and out is not None:
                     if pending is not None:
                         pending.result()

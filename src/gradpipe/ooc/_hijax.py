@@ -32,6 +32,7 @@ from ._array import DiskArray, _forward, _is_concrete
 from ._budget import MemoryBudget
 from ._driver import Driver
 from ._host import run_on_host
+from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
 
 __all__ = ["DiskArrayType", "OocBackwardPrim", "OocPrim", "bind", "scalar_type", "type_of"]
 
@@ -149,6 +150,10 @@ class DiskArrayType(_hx.HiType):
     _truediv = _traced("divide")
     _rtruediv = _traced("divide", reflected=True)
     _neg = _traced("negative")
+    _lt = _traced("less")
+    _le = _traced("less_equal")
+    _gt = _traced("greater")
+    _ge = _traced("greater_equal")
     _pow = _traced("power")
     _getitem = _traced("getitem")
     to_numpy = _hx.aval_method(lambda self, *a, **k: _refuse_read("to_numpy()"))
@@ -158,6 +163,7 @@ class DiskArrayType(_hx.HiType):
     sum = _hx.aval_method(_forward("sum"))
     mean = _hx.aval_method(_forward("mean"))
     max = _hx.aval_method(_forward("max"))
+    astype = _hx.aval_method(_forward("astype"))
 
 
 def _refuse_read(what: str):
@@ -269,7 +275,9 @@ class OocPrim(_Refusals, _PrimBase):
             _refuse_second_order(self.backward_of)
         # Which inputs need a gradient: kept on this instance (one per call site and
         # trace) because residuals may only hold JAX values.
-        self._wants = tuple(bool(nz) for nz in nzs_in)
+        self._wants = tuple(
+            bool(nz) and is_differentiable(t.dtype) for nz, t in zip(nzs_in, self.in_avals)
+        )
         out = self(*args)
         return out, (args, out)
 
@@ -278,6 +286,8 @@ class OocPrim(_Refusals, _PrimBase):
         wants = getattr(self, "_wants", (True,) * len(self.in_avals))
         if isinstance(g, _hx.Zero):
             return tuple(_zero_like(t) for t in self.in_avals)
+        if type_of(g) is None:  # a 0-d cotangent (jax.vjp takes a Python number too)
+            g = jnp.asarray(g, self.out_aval.dtype)
         rule = getattr(self.op, "backward_ops", None)
         if rule is not None and not self.consts:
             with _backward_marker(self.op):
@@ -360,13 +370,12 @@ def _zero_like(t):
 
 def bind(op, budget: MemoryBudget, *args):
     """Apply ``op`` to ``args``: DiskArrays (traced or not), 0-d JAX values, numbers."""
-    dtype = next(t.dtype for t in map(type_of, args) if t is not None)
     consts, dynamic = [], []
-    for pos, a in enumerate(args):
-        if isinstance(a, (int, float, np.number)):
-            consts.append((pos, a.item() if isinstance(a, np.number) else a, dtype.str))
-        else:
-            dynamic.append(as_input(a, dtype, op.name))
+    for pos, (a, dtype) in enumerate(zip(args, operand_dtypes(args, type_of, op.name))):
+        if is_constant(a):
+            consts.append((pos, np.asarray(a, dtype).item(), dtype.str))
+        else:  # a weak JAX value that NumPy would widen stays 32-bit while x64 is off
+            dynamic.append(as_input(a, canonical_dtype(dtype), op.name))
     prim = OocPrim(
         op,
         budget,

@@ -20,6 +20,7 @@ from jax.experimental import io_callback
 
 from . import _handles
 from ._array import DiskArray, _is_concrete
+from ._storage import PagedFile
 
 __all__ = ["run_on_host"]
 
@@ -43,6 +44,15 @@ def _export(t, value) -> np.ndarray:
         return np.asarray(0 if value is None else value, t.dtype)
     if value is None or isinstance(value, _handles.ZeroFile):  # e.g. an unwanted gradient
         return np.int32(_handles.ZERO_HANDLE)
+    if isinstance(value, np.ndarray):  # the gradient of a 0-d DiskArray, summed in memory
+        f = PagedFile.create(t.shape, t.dtype, t.shape)
+        f.write(None, value)
+        value = f.commit()
+    if np.dtype(value.dtype) != t.dtype:  # the type JAX holds must say what the file holds
+        raise TypeError(
+            f"an out-of-core operation made a {np.dtype(value.dtype).name} array where its "
+            f"output type says {t.dtype.name}; make its output_dtype (or backward) agree."
+        )
     return np.int32(_handles.register(value, unclaimed=True))
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ._budget import MemoryBudget, get_budget
 from ._hijax import DiskArrayType, bind, scalar_type, type_of
+from ._promotion import check_x64
 
 __all__ = ["BlockParallelOp", "CustomOp", "make_op"]
 
@@ -41,7 +42,10 @@ class _OpBase:
     def out_type(self, *in_types):
         shape = tuple(self.output_shape(*[t.shape for t in in_types]))
         dtype = np.dtype(self.output_dtype(*[t.dtype for t in in_types]))
-        return DiskArrayType(shape, dtype) if shape else scalar_type(dtype)
+        if shape:
+            return DiskArrayType(shape, dtype)
+        check_x64(dtype, f"the 0-d result of {self.name}")
+        return scalar_type(dtype)
 
 
 class BlockParallelOp(_OpBase):
@@ -66,6 +70,8 @@ class BlockParallelOp(_OpBase):
       ``backward_block(g_block, out_block, *blocks)``.
     - optionally `reduction_shape(*input_shapes)` and `combine(acc, part)`
       (default ``acc + part``, in place).
+    - optionally `finish(acc)`: the output tile from its combined partials (a
+      mean divides its sum once here).
     - optionally `forward_into(out, *blocks, accumulate)`: write the partial into
       the C-contiguous output tile ``out`` (``accumulate=False``, first reduction
       step) or add it there (later steps), instead of `forward_block` + `combine`;

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import blas
 
+from .._hijax import type_of
 from .._op import BlockParallelOp, apply, frozen
+from .._promotion import is_differentiable, to_primal_dtype
+from ._elementwise import Cast
 
 __all__ = ["MatMul", "matmul"]
 
@@ -39,6 +42,13 @@ class MatMul(BlockParallelOp):
     def output_shape(self, sa, sb):
         m, n, _ = self._mnk(sa, sb)
         return (m, n)
+
+    def output_dtype(self, da, db):
+        """NumPy's: the promoted dtype (``bool @ bool`` is bool); NumPy's refusal otherwise."""
+        try:
+            return np.matmul(np.empty((0, 0), da), np.empty((0, 0), db)).dtype
+        except TypeError as error:
+            raise TypeError(f"matmul of {da} and {db} arrays: {error}") from None
 
     def reduction_shape(self, sa, sb):
         return (self._mnk(sa, sb)[2],)
@@ -81,12 +91,17 @@ class MatMul(BlockParallelOp):
         A = a.T if self.transpose_a else a
         B = b.T if self.transpose_b else b
         da, db = g @ B.T, A.T @ g
-        return (da.T if self.transpose_a else da, db.T if self.transpose_b else db)
+        da, db = (da.T if self.transpose_a else da), (db.T if self.transpose_b else db)
+        return tuple(
+            to_primal_dtype(d, x.dtype) if is_differentiable(x.dtype) else None
+            for d, x in ((da, a), (db, b))
+        )
 
     def backward_ops(self, args, out, g, wants, budget):
         """Both gradients as two more out-of-core matmuls (no read-modify-write)."""
         a, b = args
         ta, tb = self.transpose_a, self.transpose_b
+        wants = [w and is_differentiable(type_of(x).dtype) for w, x in zip(wants, args)]
         da = db = None
         if wants[0]:
             if ta:  # d(a) = op(b) @ g.T
@@ -98,7 +113,14 @@ class MatMul(BlockParallelOp):
                 db = apply(MatMul(True, ta), g, a, budget=budget)
             else:  # d(b) = op(a).T @ g
                 db = apply(MatMul(not ta, False), a, g, budget=budget)
-        return da, db
+        # a float32 operand of a float64 product gets a float32 gradient (and a real
+        # one of a complex product the real part), as JAX's transposed cast gives
+        return tuple(
+            d
+            if d is None or type_of(d).dtype == type_of(x).dtype
+            else apply(Cast(type_of(x).dtype.str), d, budget=budget)
+            for d, x in ((da, a), (db, b))
+        )
 
 
 def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, budget=None):

@@ -9,8 +9,9 @@ import numpy as np
 from .._handles import ConstantFile
 from .._hijax import type_of
 from .._op import BlockParallelOp, apply, frozen
+from .._promotion import is_differentiable, to_primal_dtype
 
-__all__ = ["Max", "Sum", "max", "mean", "sum"]
+__all__ = ["Max", "Mean", "Sum", "max", "mean", "sum"]
 
 
 def _norm_axes(axis, ndim: int) -> tuple[int, ...]:
@@ -59,28 +60,67 @@ class _Reduction(BlockParallelOp):
 
 @frozen
 class Sum(_Reduction):
-    """Sum over ``axes`` times ``scale`` (``scale`` = 1/count makes a mean)."""
-
-    scale: float = 1.0
+    """Sum over ``axes``, in NumPy's dtype: small ints and bools sum as the platform
+    int (int64), unsigned ones as uint64. float16 accumulates in float32 and is
+    rounded once at the end (NumPy does so along the last axis; along others it
+    rounds every addition to float16, so this can be closer to the true sum)."""
 
     @property
     def name(self) -> str:
-        return "sum" if self.scale == 1.0 else "mean"
+        return "sum"
+
+    def output_dtype(self, dx):
+        return np.sum(np.zeros(1, dx)).dtype
+
+    def _accumulator(self, dx) -> np.dtype:
+        out = np.dtype(self.output_dtype(dx))
+        return np.dtype(np.float32) if out == np.float16 else out
+
+    def _scale(self, block):
+        return block
 
     def forward_block(self, x):
-        out = np.sum(x, axis=self.axes, keepdims=self.keepdims)
-        return out * x.dtype.type(self.scale) if self.scale != 1.0 else out
+        return np.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self._accumulator(x.dtype))
+
+    def finish(self, acc):
+        return self._scale(acc)
 
     def backward_block(self, g, x):
-        g = self._expand(g, x.ndim)
-        return (np.broadcast_to(g * x.dtype.type(self.scale), x.shape).copy(),)
+        g = self._scale(self._expand(g, x.ndim))
+        return (to_primal_dtype(np.broadcast_to(g, x.shape), x.dtype).copy(),)
 
     def backward(self, driver, inputs, output, g, wants):
         (x,) = inputs
+        if not is_differentiable(x.dtype):
+            return [None]
         if wants[0] and isinstance(g, np.ndarray) and g.shape == () and not self.keepdims:
             # the gradient of a full sum is one value everywhere: no need to write it
-            return [ConstantFile(x.shape, x.dtype, g * x.dtype.type(self.scale))]
+            return [ConstantFile(x.shape, x.dtype, to_primal_dtype(self._scale(g), x.dtype))]
         return super().backward(driver, inputs, output, g, wants)
+
+
+@frozen
+class Mean(Sum):
+    """Mean over ``axes`` (``count`` elements each), in NumPy's dtype: float64 for
+    ints and bools (accumulated in float64, so never overflowing), float16 for
+    float16 (accumulated in float32); the sum is divided once, at the end. Empty
+    axes give NaN, as in NumPy."""
+
+    count: int = 1
+
+    @property
+    def name(self) -> str:
+        return "mean"
+
+    def output_dtype(self, dx):
+        return np.mean(np.zeros(1, dx)).dtype
+
+    def _scale(self, block):
+        block = np.asarray(block)
+        if block.dtype == np.float16:  # a count past 65504 is inf in float16
+            block = block.astype(np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return block / np.asarray(self.count, block.dtype)
 
 
 @frozen
@@ -111,12 +151,15 @@ class Max(_Reduction):
 
 @frozen
 class _CountEqual(_Reduction):
-    """How many elements along ``axes`` equal the maximum (for tie splitting)."""
+    """How many elements along ``axes`` equal the maximum (for tie splitting), as
+    int64: float16 would miscount past 2048 ties."""
+
+    def output_dtype(self, *_):
+        return np.dtype(np.int64)
 
     def forward_block(self, x, m):
-        return np.sum(x == self._expand(m, x.ndim), axis=self.axes, keepdims=self.keepdims).astype(
-            x.dtype
-        )
+        equal = x == self._expand(m, x.ndim)
+        return np.sum(equal, axis=self.axes, keepdims=self.keepdims, dtype=np.int64)
 
     def index_map(self, out_r, red_r, s, sm):
         return (super().index_map(out_r, red_r, s)[0], out_r if sm else None)
@@ -145,7 +188,11 @@ class _MaxGrad(_Reduction):
 
     def forward_block(self, x, m, g, c):
         m, g, c = (self._expand(v, x.ndim) for v in (m, g, c))
-        return np.where(x == m, g / c, 0).astype(x.dtype)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = g / c
+        # a NaN maximum equals no element (count 0): its whole group gets NaN, as
+        # in JAX, rather than a zero gradient that would hide the NaN
+        return np.where(x == m, share, np.where(c == 0, np.nan, 0)).astype(x.dtype)
 
 
 def _reduce(op_cls, x, axis, keepdims, budget, **extra):
@@ -155,6 +202,14 @@ def _reduce(op_cls, x, axis, keepdims, budget, **extra):
             f"{op_cls.__name__.lower()}(x): x must be a DiskArray, got {type(x).__name__}."
         )
     axes = _norm_axes(axis, len(t.shape))
+    if op_cls is Max:
+        # NumPy refuses a maximum over an empty axis (it has no identity) unless the
+        # result is empty too; a stand-in with every other side cut to 1 says which.
+        stand_in = np.empty(tuple(n and 1 for n in t.shape), t.dtype)
+        try:
+            np.max(stand_in, axis=axes)
+        except ValueError as error:
+            raise ValueError(f"max over axes {axes} of shape {t.shape}: {error}.") from None
     return apply(op_cls(axes, bool(keepdims), **extra), x, budget=budget)
 
 
@@ -168,12 +223,12 @@ def sum(x, axis=None, keepdims: bool = False, *, budget=None):
 
 
 def mean(x, axis=None, keepdims: bool = False, *, budget=None):
-    """Mean of a DiskArray over ``axis``; see `sum`."""
+    """Mean of a DiskArray over ``axis``; see `sum`. Ints and bools give float64."""
     t = type_of(x)
     if t is None:
         raise TypeError(f"mean(x): x must be a DiskArray, got {type(x).__name__}.")
     count = math.prod(t.shape[a] for a in _norm_axes(axis, len(t.shape)))
-    return _reduce(Sum, x, axis, keepdims, budget, scale=1.0 / (count or 1))
+    return _reduce(Mean, x, axis, keepdims, budget, count=count)
 
 
 def max(x, axis=None, keepdims: bool = False, *, budget=None):

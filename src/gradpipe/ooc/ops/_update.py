@@ -6,6 +6,7 @@ import numpy as np
 
 from .._hijax import type_of
 from .._op import CustomOp, apply, frozen
+from .._promotion import operand_dtypes
 
 __all__ = ["update_"]
 
@@ -70,7 +71,9 @@ def update_(target, value, *, budget=None):
     **Arguments:**
 
     - `target`: a writable `DiskArray`.
-    - `value`: a `DiskArray` of the same shape and dtype, or a scalar.
+    - `value`: a `DiskArray` of the same shape, or a scalar, whose dtype casts to the
+      target's under NumPy's ``same_kind`` rule (as ``np.copyto``): float64 into
+      float32 is written, float into int is refused with a `TypeError`.
     """
     tt, tv = type_of(target), type_of(value)
     if tt is None:
@@ -79,4 +82,13 @@ def update_(target, value, *, budget=None):
         )
     if tv is not None and (tv.shape != tt.shape):
         raise ValueError(f"update_: value has shape {tv.shape}, target has shape {tt.shape}.")
+    # NumPy's np.copyto rule: a cast within a kind (float64 into float32) is made, one
+    # across kinds (float into int, complex into float) would lose values silently
+    _, dv = operand_dtypes((target, value), type_of, "update_")
+    if not np.can_cast(dv, tt.dtype, casting="same_kind"):
+        raise TypeError(
+            f"update_: cannot write {dv.name} values into a {tt.dtype.name} DiskArray "
+            "(NumPy's 'same_kind' rule, as np.copyto); convert explicitly first, e.g. "
+            f"ooc.astype(value, '{tt.dtype.name}')."
+        )
     return apply(Update(), target, value, budget=budget)
