@@ -12,10 +12,11 @@ Endpoints (all ``POST`` except the ``GET`` ones):
 - ``GET /health``, ``GET /openapi.json`` (the schema), ``GET /stats`` (request
   counters).
 
-Errors are JSON ``{"error", "message", "path"}``: 401 (token), 404/405, 410 (unknown
-or expired handle — answer it by re-sending the inputs), 413 (body too large), 415
-(content type), 422 (anything wrong with the request's content). Bad input never
-gives a 500.
+Errors are JSON ``{"error", "message", "path"}``: 401 (token), 404/405 (and any other
+error Starlette itself answers), 410 (unknown or expired handle — answer it by
+re-sending the inputs), 413 (body too large, or a Jacobian larger than
+``max_jacobian_bytes``), 415 (content type), 422 (anything wrong with the request's
+content). Bad input never gives a 500.
 """
 
 from __future__ import annotations
@@ -31,20 +32,23 @@ from typing import Any
 import jax
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ._batching import split_batch, stack
 from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode, encode, media_type
-from ._errors import HTTPError
+from ._errors import HTTPError, error_response, internal_error, starlette_error
 from ._handles import HandleStore, UnknownHandle
+from ._jacobian_size import jacobian_nbytes
 from ._paths import keyed_prefixes
 from ._schema import leaf_specs, openapi_schema
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_JACOBIAN_BYTES", "create_app"]
 
 DEFAULT_MAX_BODY_SIZE = 256 * 2**20
+DEFAULT_MAX_JACOBIAN_BYTES = 2**30
 
 _FIELDS = {
     "apply": ({"inputs"}, {"keep_residuals", "batch_size", "batched_paths"}),
@@ -53,12 +57,6 @@ _FIELDS = {
     "vjp": ({"vjp_inputs", "vjp_outputs", "cotangents"}, {"inputs", "handle"}),
     "abstract_eval": ({"abstract_inputs"}, set()),
 }
-
-
-def _error_response(exc: HTTPError) -> JSONResponse:
-    body = {"error": exc.kind, "message": exc.message, "path": exc.path}
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return JSONResponse(body, status_code=exc.status, headers=headers)
 
 
 # -- request checks ---------------------------------------------------------------
@@ -116,12 +114,14 @@ class _Server:
         max_body_size: int,
         handles: HandleStore,
         max_batch: int,
+        max_jacobian_bytes: int,
     ):
         self.component = component
         self.token = token
         self.max_body_size = max_body_size
         self.handles = handles
         self.max_batch = max_batch
+        self.max_jacobian_bytes = max_jacobian_bytes
         self.counts: Counter[str] = Counter()
         self.bytes_in = 0
         self.bytes_out = 0
@@ -202,7 +202,7 @@ class _Server:
                 return Response(content, media_type=response_type, headers=headers)
             except HTTPError as exc:
                 self._count(f"{name}:{exc.status}", received)
-                return _error_response(exc)
+                return error_response(exc)
 
         return handle
 
@@ -235,7 +235,7 @@ class _Server:
             raise
         except ComponentInputError as exc:
             raise _input_error(exc) from None
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
             # The component validates its inputs; what still slips through as one of
             # these is a problem with the request's content, not with the server.
             raise _input_error(exc, field) from None
@@ -278,6 +278,17 @@ class _Server:
         return {"outputs": outputs, "handle": self.handles.put(residuals)}
 
     def jacobian(self, doc: dict) -> dict:
+        args = (doc["inputs"], doc["jac_inputs"], doc["jac_outputs"])
+        nbytes = self._call(None, lambda: jacobian_nbytes(self.component, *args))
+        if nbytes > self.max_jacobian_bytes:
+            raise HTTPError(
+                413,
+                "jacobian_too_large",
+                f"the Jacobian asked for holds {nbytes} bytes; this server computes at most "
+                f"{self.max_jacobian_bytes} (--max-jacobian-size). Ask for fewer outputs or "
+                "inputs at a time, or use /jvp or /vjp.",
+                "jac_outputs",
+            )
         return {
             "jacobian": self._call(
                 None,
@@ -336,7 +347,7 @@ class _Server:
         try:
             self._authorize(request)
         except HTTPError as exc:
-            return _error_response(exc)
+            return error_response(exc)
         if self._schema is None:
             self._schema = openapi_schema(self.component, max_batch=self.max_batch)
         return Response(json.dumps(self._schema), media_type=JSON)
@@ -345,7 +356,7 @@ class _Server:
         try:
             self._authorize(request)
         except HTTPError as exc:
-            return _error_response(exc)
+            return error_response(exc)
         with self._lock:
             body = {
                 "requests": dict(self.counts),
@@ -364,6 +375,7 @@ def create_app(
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     handles: HandleStore | None = None,
     max_batch: int = 4096,
+    max_jacobian_bytes: int = DEFAULT_MAX_JACOBIAN_BYTES,
 ) -> Starlette:
     """An ASGI app serving ``component``'s five endpoints, health, schema and stats.
 
@@ -375,17 +387,24 @@ def create_app(
     - `max_body_size`: larger request bodies get 413 before they are read in full.
     - `handles`: where forward requests keep residuals (a default `HandleStore`).
     - `max_batch`: the largest ``batch_size`` a batched ``/apply`` may ask for.
+    - `max_jacobian_bytes`: a ``/jacobian`` whose blocks would hold more bytes (known
+      from the shapes, before computing) gets 413.
 
     **Returns:** a Starlette application; run it with uvicorn, or `gradpipe serve`.
     """
     if max_body_size < 1:
         raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}.")
+    if max_jacobian_bytes < 1:
+        raise ValueError(
+            f"max_jacobian_bytes must be a positive number of bytes, got {max_jacobian_bytes}."
+        )
     server = _Server(
         component,
         token,
         max_body_size,
         handles if handles is not None else HandleStore(),
         max_batch,
+        max_jacobian_bytes,
     )
     routes = [
         Route(f"/{name}", server.endpoint(name, getattr(server, name)), methods=["POST"])
@@ -396,6 +415,9 @@ def create_app(
         Route("/openapi.json", server.schema, methods=["GET"]),
         Route("/stats", server.stats, methods=["GET"]),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: starlette_error, Exception: internal_error},
+    )
     app.state.server = server
     return app
