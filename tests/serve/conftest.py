@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from serve_settings import HERE, MAX_BODY, TOKEN, json_array  # noqa: F401
+from serve_settings import HERE, MAX_BODY, MAX_JACOBIAN, TOKEN, json_array, logged_errors  # noqa: F401
 
 
 def _free_port() -> int:
@@ -20,16 +20,18 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory):
-    """One real server in a subprocess, on a free loopback port, for the whole session."""
+def server(tmp_path_factory):
+    """One real server in a subprocess, on a free loopback port, for the whole session:
+    ``(url, path of its log, process)``."""
     port = _free_port()
     env = {**os.environ, "GRADPIPE_TOKEN": TOKEN, "JAX_PLATFORMS": "cpu"}
     command = [
         sys.executable, "-m", "gradpipe.cli", "serve", "served_components:component",
         "--app-dir", str(HERE), "--port", str(port), "--max-body-size", str(MAX_BODY),
-        "--log-level", "warning",
+        "--max-jacobian-size", str(MAX_JACOBIAN), "--log-level", "warning",
     ]  # fmt: skip
-    log = open(Path(tmp_path_factory.mktemp("server")) / "server.log", "w+")
+    log_path = Path(tmp_path_factory.mktemp("server")) / "server.log"
+    log = open(log_path, "w+")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
@@ -46,9 +48,8 @@ def server_url(tmp_path_factory):
             process.kill()
             raise RuntimeError("the server did not come up in 90 s")
         time.sleep(0.2)
-    yield url
-    log.seek(0)
-    errors = [line for line in log if "Traceback" in line or "Exception" in line]
+    yield url, log_path, process
+    errors = logged_errors(log_path)
     process.terminate()
     try:
         process.wait(timeout=10)
@@ -56,6 +57,17 @@ def server_url(tmp_path_factory):
         process.kill()
     log.close()
     assert not errors, "the server logged exceptions; see its log under pytest's tmp path"
+
+
+@pytest.fixture(scope="session")
+def server_url(server):
+    return server[0]
+
+
+@pytest.fixture(scope="session")
+def server_log(server):
+    """The path of the session server's log."""
+    return server[1]
 
 
 @pytest.fixture(scope="session")

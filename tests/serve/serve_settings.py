@@ -5,6 +5,8 @@ from pathlib import Path
 HERE = Path(__file__).parent
 TOKEN = "test-token-0123"
 MAX_BODY = 1 << 20
+# float32 y(512) by x(512) is exactly this many bytes: the largest Jacobian served.
+MAX_JACOBIAN = 1 << 20
 
 
 def json_array(values, dtype="float32"):
@@ -14,3 +16,9 @@ def json_array(values, dtype="float32"):
     shape = list(np.shape(values))
     return {"object_type": "array", "dtype": dtype, "shape": shape,
             "data": {"buffer": values, "encoding": "json"}}  # fmt: skip
+
+
+def logged_errors(log_path):
+    """The lines of a server log that tell of an exception."""
+    with open(log_path) as log:
+        return [line for line in log if "Traceback" in line or "Exception" in line]
