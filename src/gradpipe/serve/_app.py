@@ -42,6 +42,7 @@ from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode,
 from ._errors import HTTPError, error_response, internal_error, starlette_error
 from ._handles import HandleStore, UnknownHandle
 from ._jacobian_size import jacobian_nbytes
+from ._malloc import release_free_memory
 from ._paths import keyed_prefixes
 from ._schema import leaf_specs, openapi_schema
 
@@ -49,6 +50,7 @@ __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_JACOBIAN_BYTES", "create_app"]
 
 DEFAULT_MAX_BODY_SIZE = 256 * 2**20
 DEFAULT_MAX_JACOBIAN_BYTES = 2**30
+_MIN_TRIM_STEP = 8 * 2**20
 
 _FIELDS = {
     "apply": ({"inputs"}, {"keep_residuals", "batch_size", "batched_paths"}),
@@ -127,6 +129,7 @@ class _Server:
         self.bytes_out = 0
         self._lock = threading.Lock()
         self._schema: dict[str, Any] | None = None
+        self._trimmed_at = 0
 
     # -- plumbing
 
@@ -275,7 +278,20 @@ class _Server:
         if not keep:
             return {"outputs": self._call("inputs", lambda: comp.apply(inputs))}
         outputs, residuals = self._call("inputs", lambda: comp.apply_keep(inputs))
-        return {"outputs": outputs, "handle": self.handles.put(residuals)}
+        handle = self.handles.put(residuals)
+        self._release_after_churn()
+        return {"outputs": outputs, "handle": handle}
+
+    def _release_after_churn(self) -> None:
+        # Kept residuals pin the heap between them; every max_bytes / 8 of residuals
+        # kept, free memory goes back to the system (see release_free_memory).
+        step = max(self.handles.max_bytes // 16, _MIN_TRIM_STEP)
+        with self._lock:
+            due = self.handles.kept_bytes - self._trimmed_at >= step
+            if due:
+                self._trimmed_at = self.handles.kept_bytes
+        if due:
+            release_free_memory()
 
     def jacobian(self, doc: dict) -> dict:
         args = (doc["inputs"], doc["jac_inputs"], doc["jac_outputs"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import os
@@ -12,6 +11,7 @@ from typing import Any
 from ._app import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_JACOBIAN_BYTES, create_app
 from ._client import TOKEN_ENV
 from ._handles import HandleStore
+from ._malloc import tune_malloc
 
 __all__ = ["TOKEN_ENV", "app_from_env", "load_component", "serve", "tune_malloc"]
 
@@ -20,37 +20,6 @@ _MAX_BODY_ENV = "GRADPIPE_SERVE_MAX_BODY_SIZE"
 _MAX_JACOBIAN_ENV = "GRADPIPE_SERVE_MAX_JACOBIAN_BYTES"
 _APP_DIR_ENV = "GRADPIPE_SERVE_APP_DIR"
 _HANDLES_ENV = "GRADPIPE_SERVE_HANDLES"
-_MALLOC_ENV = "GRADPIPE_SERVE_MALLOC"
-
-# glibc's mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-def tune_malloc() -> bool:
-    """Keep freed multi-megabyte blocks in this process for reuse (glibc only).
-
-    By default glibc hands every block above a (dynamic) threshold to ``mmap`` and
-    gives it back on ``free``, so each request's fresh body, response and XLA output
-    buffers start as untouched pages: one page fault per 4 KiB, about as costly as
-    4 MB of copying several times over (~4 ms per 4 MB measured on the benchmark VM,
-    against ~0.1 ms to rewrite warm memory). Blocks below 32 MiB then come from the
-    heap and at most 256 MiB of free heap is kept. Only the server process is tuned,
-    never a process that merely imports gradpipe; set ``GRADPIPE_SERVE_MALLOC=0``, or
-    glibc's own ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``, to opt out or
-    choose other values. **Returns** whether anything was changed.
-    """
-    if not sys.platform.startswith("linux") or os.environ.get(_MALLOC_ENV, "1") == "0":
-        return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    changed = False
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
-        changed |= bool(mallopt(_M_MMAP_THRESHOLD, 32 * 2**20))
-    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
-        changed |= bool(mallopt(_M_TRIM_THRESHOLD, 256 * 2**20))
-    return changed
 
 
 def load_component(target: str, app_dir: str | None = ".") -> Any:
