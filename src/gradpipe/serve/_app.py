@@ -283,7 +283,7 @@ class _Server:
         return {"outputs": outputs, "handle": handle}
 
     def _release_after_churn(self) -> None:
-        # Kept residuals pin the heap between them; every max_bytes / 8 of residuals
+        # Kept residuals pin the heap between them; every max_bytes / 16 of residuals
         # kept, free memory goes back to the system (see release_free_memory).
         step = max(self.handles.max_bytes // 16, _MIN_TRIM_STEP)
         with self._lock:
