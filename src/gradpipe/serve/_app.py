@@ -283,11 +283,17 @@ class _Server:
         return {"outputs": outputs, "handle": handle}
 
     def _release_after_churn(self) -> None:
-        # Kept residuals pin the heap between them; every max_bytes / 16 of residuals
-        # kept, free memory goes back to the system (see release_free_memory).
-        step = max(self.handles.max_bytes // 16, _MIN_TRIM_STEP)
+        # Kept residuals pin the heap between them; once the store is half full, every
+        # max_bytes / 16 of residuals kept, free memory goes back to the system (see
+        # release_free_memory). Below half, held and pinned memory together stay under
+        # the limit, and the warm heap is left alone (it saves page faults).
+        handles = self.handles
+        step = max(handles.max_bytes // 16, _MIN_TRIM_STEP)
         with self._lock:
-            due = self.handles.kept_bytes - self._trimmed_at >= step
+            due = (
+                handles.nbytes >= handles.max_bytes // 2
+                and handles.kept_bytes - self._trimmed_at >= step
+            )
             if due:
                 self._trimmed_at = self.handles.kept_bytes
         if due:

@@ -53,10 +53,10 @@ def release_free_memory() -> bool:
     between kept residuals cannot be returned by glibc's ordinary trimming (only the
     top of a heap is), so after a flood of kept handles the process held 2-3x the
     store's byte limit in RSS. ``malloc_trim(0)`` releases free pages anywhere in every
-    arena. The server calls it after each ``max_bytes / 16`` (at least 8 MiB) of
-    residuals kept (see `HandleStore`), so the trims are rare and RSS stays near the
-    bound. Does nothing off glibc or with ``GRADPIPE_SERVE_MALLOC=0``. **Returns**
-    whether it trimmed.
+    arena. Once its handle store is half full, the server calls it after each
+    ``max_bytes / 16`` (at least 8 MiB) of residuals kept (see `HandleStore`), so the
+    trims are rare and RSS stays near the bound. Does nothing off glibc or with
+    ``GRADPIPE_SERVE_MALLOC=0``. **Returns** whether it trimmed.
     """
     if not sys.platform.startswith("linux") or os.environ.get(_MALLOC_ENV, "1") == "0":
         return False
