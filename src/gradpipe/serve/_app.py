@@ -44,6 +44,7 @@ from ._handles import HandleStore, UnknownHandle
 from ._jacobian_size import jacobian_nbytes
 from ._malloc import release_free_memory
 from ._paths import keyed_prefixes
+from ._request_fields import FIELDS, check_fields, input_error
 from ._schema import leaf_specs, openapi_schema
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_JACOBIAN_BYTES", "create_app"]
@@ -51,59 +52,6 @@ __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_JACOBIAN_BYTES", "create_app"]
 DEFAULT_MAX_BODY_SIZE = 256 * 2**20
 DEFAULT_MAX_JACOBIAN_BYTES = 2**30
 _MIN_TRIM_STEP = 8 * 2**20
-
-_FIELDS = {
-    "apply": ({"inputs"}, {"keep_residuals", "batch_size", "batched_paths"}),
-    "jacobian": ({"inputs", "jac_inputs", "jac_outputs"}, set()),
-    "jvp": ({"inputs", "jvp_inputs", "jvp_outputs", "tangents"}, set()),
-    "vjp": ({"vjp_inputs", "vjp_outputs", "cotangents"}, {"inputs", "handle"}),
-    "abstract_eval": ({"abstract_inputs"}, set()),
-}
-
-
-# -- request checks ---------------------------------------------------------------
-
-
-def _check_fields(endpoint: str, document: Any) -> dict[str, Any]:
-    if not isinstance(document, dict):
-        raise HTTPError(422, "invalid_request", "the body must be a JSON object / msgpack map.")
-    required, optional = _FIELDS[endpoint]
-    unknown = set(document) - required - optional
-    if unknown:
-        name = sorted(unknown)[0]
-        raise HTTPError(422, "unknown_field", f"unknown field {name!r} for /{endpoint}.", name)
-    missing = required - set(document)
-    if missing:
-        name = sorted(missing)[0]
-        raise HTTPError(422, "missing_field", f"field {name!r} is required by /{endpoint}.", name)
-    for key in (
-        "jac_inputs",
-        "jac_outputs",
-        "jvp_inputs",
-        "jvp_outputs",
-        "vjp_inputs",
-        "vjp_outputs",
-        "batched_paths",
-    ):
-        value = document.get(key)
-        if value is not None and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
-        ):
-            raise HTTPError(422, "invalid_field", f"{key} must be a list of path strings.", key)
-    for key in ("inputs", "abstract_inputs", "tangents", "cotangents"):
-        if key in document and not isinstance(document[key], dict):
-            raise HTTPError(422, "invalid_field", f"{key} must be an object.", key)
-    return document
-
-
-def _input_error(exc: Exception, field: str | None = None) -> HTTPError:
-    path = getattr(exc, "path", None)
-    if isinstance(path, list | tuple):
-        path = ".".join(map(str, path))
-    if field and path and not str(path).startswith(field):
-        path = f"{field}.{path}"
-    return HTTPError(422, "invalid_input", str(exc), path or field)
-
 
 # -- the application --------------------------------------------------------------
 
@@ -219,7 +167,7 @@ class _Server:
         except PayloadError as exc:
             raise HTTPError(422, "malformed_body", str(exc), exc.path or None) from None
         t1 = time.perf_counter()
-        result = jax.block_until_ready(operation(_check_fields(name, document)))
+        result = jax.block_until_ready(operation(check_fields(name, document)))
         t2 = time.perf_counter()
         try:
             content = encode(result, response_type)
@@ -237,11 +185,11 @@ class _Server:
         except HTTPError:
             raise
         except ComponentInputError as exc:
-            raise _input_error(exc) from None
+            raise input_error(exc) from None
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
             # The component validates its inputs; what still slips through as one of
             # these is a problem with the request's content, not with the server.
-            raise _input_error(exc, field) from None
+            raise input_error(exc, field) from None
 
     # -- the five operations
 
@@ -430,7 +378,7 @@ def create_app(
     )
     routes = [
         Route(f"/{name}", server.endpoint(name, getattr(server, name)), methods=["POST"])
-        for name in _FIELDS
+        for name in FIELDS
     ]
     routes += [
         Route("/health", server.health, methods=["GET"]),
