@@ -1,61 +1,40 @@
-import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from serve_settings import HERE, MAX_BODY, TOKEN, json_array  # noqa: F401
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from serve_settings import (  # noqa: F401
+    HERE,
+    MAX_BODY,
+    MAX_JACOBIAN,
+    TOKEN,
+    json_array,
+    logged_errors,
+    running_server,
+)
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory):
-    """One real server in a subprocess, on a free loopback port, for the whole session."""
-    port = _free_port()
-    env = {**os.environ, "GRADPIPE_TOKEN": TOKEN, "JAX_PLATFORMS": "cpu"}
-    command = [
-        sys.executable, "-m", "gradpipe.cli", "serve", "served_components:component",
-        "--app-dir", str(HERE), "--port", str(port), "--max-body-size", str(MAX_BODY),
-        "--log-level", "warning",
-    ]  # fmt: skip
-    log = open(Path(tmp_path_factory.mktemp("server")) / "server.log", "w+")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        if process.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"the server exited: {log.read()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("the server did not come up in 90 s")
-        time.sleep(0.2)
-    yield url
-    log.seek(0)
-    errors = [line for line in log if "Traceback" in line or "Exception" in line]
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
-    assert not errors, "the server logged exceptions; see its log under pytest's tmp path"
+def server(tmp_path_factory):
+    """One real server in a subprocess, on a free loopback port, for the whole session:
+    ``(url, path of its log, process)``."""
+    log_path = Path(tmp_path_factory.mktemp("server")) / "server.log"
+    options = ["--max-body-size", str(MAX_BODY), "--max-jacobian-size", str(MAX_JACOBIAN)]
+    with running_server(options, log_path, token=TOKEN) as (url, process):
+        yield url, log_path, process
+
+
+@pytest.fixture(scope="session")
+def server_url(server):
+    return server[0]
+
+
+@pytest.fixture(scope="session")
+def server_log(server):
+    """The path of the session server's log."""
+    return server[1]
 
 
 @pytest.fixture(scope="session")

@@ -214,10 +214,15 @@ def _abstract_array(node: ArrayNode, value: Any, path: str) -> jax.ShapeDtypeStr
             )
         shape, dtype = concrete.shape, concrete.dtype
     try:
+        if isinstance(shape, str | bytes) or not all(
+            isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 0 for n in shape
+        ):  # int() would take 1.5 as 1, True as 1, and let -1 through
+            raise TypeError
         shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
     except (TypeError, ValueError):
         raise ComponentInputError(
-            path, f"Abstract input {path!r} needs a list of ints as shape and a dtype name."
+            path,
+            f"Abstract input {path!r} needs a list of non-negative ints as shape and a dtype name.",
         ) from None
     problem = node.spec.check(shape, dtype)
     if problem:

@@ -12,10 +12,11 @@ Endpoints (all ``POST`` except the ``GET`` ones):
 - ``GET /health``, ``GET /openapi.json`` (the schema), ``GET /stats`` (request
   counters).
 
-Errors are JSON ``{"error", "message", "path"}``: 401 (token), 404/405, 410 (unknown
-or expired handle — answer it by re-sending the inputs), 413 (body too large), 415
-(content type), 422 (anything wrong with the request's content). Bad input never
-gives a 500.
+Errors are JSON ``{"error", "message", "path"}``: 401 (token), 404/405 (and any other
+error Starlette itself answers), 410 (unknown or expired handle — answer it by
+re-sending the inputs), 413 (body too large, or a Jacobian larger than
+``max_jacobian_bytes``), 415 (content type), 422 (anything wrong with the request's
+content). Bad input never gives a 500.
 """
 
 from __future__ import annotations
@@ -31,79 +32,26 @@ from typing import Any
 import jax
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ._batching import split_batch, stack
 from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode, encode, media_type
-from ._errors import HTTPError
+from ._errors import HTTPError, error_response, internal_error, starlette_error
 from ._handles import HandleStore, UnknownHandle
+from ._jacobian_size import jacobian_nbytes
+from ._malloc import release_free_memory
 from ._paths import keyed_prefixes
+from ._request_fields import FIELDS, check_fields, input_error
 from ._schema import leaf_specs, openapi_schema
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_JACOBIAN_BYTES", "create_app"]
 
 DEFAULT_MAX_BODY_SIZE = 256 * 2**20
-
-_FIELDS = {
-    "apply": ({"inputs"}, {"keep_residuals", "batch_size", "batched_paths"}),
-    "jacobian": ({"inputs", "jac_inputs", "jac_outputs"}, set()),
-    "jvp": ({"inputs", "jvp_inputs", "jvp_outputs", "tangents"}, set()),
-    "vjp": ({"vjp_inputs", "vjp_outputs", "cotangents"}, {"inputs", "handle"}),
-    "abstract_eval": ({"abstract_inputs"}, set()),
-}
-
-
-def _error_response(exc: HTTPError) -> JSONResponse:
-    body = {"error": exc.kind, "message": exc.message, "path": exc.path}
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return JSONResponse(body, status_code=exc.status, headers=headers)
-
-
-# -- request checks ---------------------------------------------------------------
-
-
-def _check_fields(endpoint: str, document: Any) -> dict[str, Any]:
-    if not isinstance(document, dict):
-        raise HTTPError(422, "invalid_request", "the body must be a JSON object / msgpack map.")
-    required, optional = _FIELDS[endpoint]
-    unknown = set(document) - required - optional
-    if unknown:
-        name = sorted(unknown)[0]
-        raise HTTPError(422, "unknown_field", f"unknown field {name!r} for /{endpoint}.", name)
-    missing = required - set(document)
-    if missing:
-        name = sorted(missing)[0]
-        raise HTTPError(422, "missing_field", f"field {name!r} is required by /{endpoint}.", name)
-    for key in (
-        "jac_inputs",
-        "jac_outputs",
-        "jvp_inputs",
-        "jvp_outputs",
-        "vjp_inputs",
-        "vjp_outputs",
-        "batched_paths",
-    ):
-        value = document.get(key)
-        if value is not None and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
-        ):
-            raise HTTPError(422, "invalid_field", f"{key} must be a list of path strings.", key)
-    for key in ("inputs", "abstract_inputs", "tangents", "cotangents"):
-        if key in document and not isinstance(document[key], dict):
-            raise HTTPError(422, "invalid_field", f"{key} must be an object.", key)
-    return document
-
-
-def _input_error(exc: Exception, field: str | None = None) -> HTTPError:
-    path = getattr(exc, "path", None)
-    if isinstance(path, list | tuple):
-        path = ".".join(map(str, path))
-    if field and path and not str(path).startswith(field):
-        path = f"{field}.{path}"
-    return HTTPError(422, "invalid_input", str(exc), path or field)
-
+DEFAULT_MAX_JACOBIAN_BYTES = 2**30
+_MIN_TRIM_STEP = 8 * 2**20
 
 # -- the application --------------------------------------------------------------
 
@@ -116,17 +64,20 @@ class _Server:
         max_body_size: int,
         handles: HandleStore,
         max_batch: int,
+        max_jacobian_bytes: int,
     ):
         self.component = component
         self.token = token
         self.max_body_size = max_body_size
         self.handles = handles
         self.max_batch = max_batch
+        self.max_jacobian_bytes = max_jacobian_bytes
         self.counts: Counter[str] = Counter()
         self.bytes_in = 0
         self.bytes_out = 0
         self._lock = threading.Lock()
         self._schema: dict[str, Any] | None = None
+        self._trimmed_at = 0
 
     # -- plumbing
 
@@ -202,7 +153,7 @@ class _Server:
                 return Response(content, media_type=response_type, headers=headers)
             except HTTPError as exc:
                 self._count(f"{name}:{exc.status}", received)
-                return _error_response(exc)
+                return error_response(exc)
 
         return handle
 
@@ -216,7 +167,7 @@ class _Server:
         except PayloadError as exc:
             raise HTTPError(422, "malformed_body", str(exc), exc.path or None) from None
         t1 = time.perf_counter()
-        result = jax.block_until_ready(operation(_check_fields(name, document)))
+        result = jax.block_until_ready(operation(check_fields(name, document)))
         t2 = time.perf_counter()
         try:
             content = encode(result, response_type)
@@ -234,11 +185,11 @@ class _Server:
         except HTTPError:
             raise
         except ComponentInputError as exc:
-            raise _input_error(exc) from None
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise input_error(exc) from None
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
             # The component validates its inputs; what still slips through as one of
             # these is a problem with the request's content, not with the server.
-            raise _input_error(exc, field) from None
+            raise input_error(exc, field) from None
 
     # -- the five operations
 
@@ -275,9 +226,39 @@ class _Server:
         if not keep:
             return {"outputs": self._call("inputs", lambda: comp.apply(inputs))}
         outputs, residuals = self._call("inputs", lambda: comp.apply_keep(inputs))
-        return {"outputs": outputs, "handle": self.handles.put(residuals)}
+        handle = self.handles.put(residuals)
+        self._release_after_churn()
+        return {"outputs": outputs, "handle": handle}
+
+    def _release_after_churn(self) -> None:
+        # Kept residuals pin the heap between them; once the store is half full, every
+        # max_bytes / 16 of residuals kept, free memory goes back to the system (see
+        # release_free_memory). Below half, held and pinned memory together stay under
+        # the limit, and the warm heap is left alone (it saves page faults).
+        handles = self.handles
+        step = max(handles.max_bytes // 16, _MIN_TRIM_STEP)
+        with self._lock:
+            due = (
+                handles.nbytes >= handles.max_bytes // 2
+                and handles.kept_bytes - self._trimmed_at >= step
+            )
+            if due:
+                self._trimmed_at = self.handles.kept_bytes
+        if due:
+            release_free_memory()
 
     def jacobian(self, doc: dict) -> dict:
+        args = (doc["inputs"], doc["jac_inputs"], doc["jac_outputs"])
+        nbytes = self._call(None, lambda: jacobian_nbytes(self.component, *args))
+        if nbytes > self.max_jacobian_bytes:
+            raise HTTPError(
+                413,
+                "jacobian_too_large",
+                f"the Jacobian asked for holds {nbytes} bytes; this server computes at most "
+                f"{self.max_jacobian_bytes} (--max-jacobian-size). Ask for fewer outputs or "
+                "inputs at a time, or use /jvp or /vjp.",
+                "jac_outputs",
+            )
         return {
             "jacobian": self._call(
                 None,
@@ -336,7 +317,7 @@ class _Server:
         try:
             self._authorize(request)
         except HTTPError as exc:
-            return _error_response(exc)
+            return error_response(exc)
         if self._schema is None:
             self._schema = openapi_schema(self.component, max_batch=self.max_batch)
         return Response(json.dumps(self._schema), media_type=JSON)
@@ -345,7 +326,7 @@ class _Server:
         try:
             self._authorize(request)
         except HTTPError as exc:
-            return _error_response(exc)
+            return error_response(exc)
         with self._lock:
             body = {
                 "requests": dict(self.counts),
@@ -364,6 +345,7 @@ def create_app(
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     handles: HandleStore | None = None,
     max_batch: int = 4096,
+    max_jacobian_bytes: int = DEFAULT_MAX_JACOBIAN_BYTES,
 ) -> Starlette:
     """An ASGI app serving ``component``'s five endpoints, health, schema and stats.
 
@@ -375,27 +357,37 @@ def create_app(
     - `max_body_size`: larger request bodies get 413 before they are read in full.
     - `handles`: where forward requests keep residuals (a default `HandleStore`).
     - `max_batch`: the largest ``batch_size`` a batched ``/apply`` may ask for.
+    - `max_jacobian_bytes`: a ``/jacobian`` whose blocks would hold more bytes (known
+      from the shapes, before computing) gets 413.
 
     **Returns:** a Starlette application; run it with uvicorn, or `gradpipe serve`.
     """
     if max_body_size < 1:
         raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}.")
+    if max_jacobian_bytes < 1:
+        raise ValueError(
+            f"max_jacobian_bytes must be a positive number of bytes, got {max_jacobian_bytes}."
+        )
     server = _Server(
         component,
         token,
         max_body_size,
         handles if handles is not None else HandleStore(),
         max_batch,
+        max_jacobian_bytes,
     )
     routes = [
         Route(f"/{name}", server.endpoint(name, getattr(server, name)), methods=["POST"])
-        for name in _FIELDS
+        for name in FIELDS
     ]
     routes += [
         Route("/health", server.health, methods=["GET"]),
         Route("/openapi.json", server.schema, methods=["GET"]),
         Route("/stats", server.stats, methods=["GET"]),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: starlette_error, Exception: internal_error},
+    )
     app.state.server = server
     return app

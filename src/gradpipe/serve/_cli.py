@@ -64,6 +64,13 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         default=600.0,
         help="seconds an unused residual handle lives (default 600)",
     )
+    serve.add_argument(
+        "--max-jacobian-size",
+        type=_size,
+        default="1GiB",
+        help="largest /jacobian answer, e.g. 256MiB; the size is known from the shapes and "
+        "a larger request gets 413 before anything is computed (default 1GiB)",
+    )
     serve.add_argument("--log-level", default="info")
 
     call = argparse.ArgumentParser(
@@ -110,6 +117,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_handles=args.max_handles,
         max_handle_bytes=args.max_handle_bytes,
         handle_ttl=args.handle_ttl,
+        max_jacobian_bytes=args.max_jacobian_size,
     )
     return 0
 

@@ -26,6 +26,7 @@ import binascii
 import json
 import math
 import secrets
+import sys
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,9 @@ ALLOWED_DTYPES = frozenset(
 # JAX's dtype of tangents of integer arrays: no bytes at all (same as jax.dtypes.float0).
 FLOAT0 = np.dtype([("float0", "V")])
 _MAX_RANK = 32
+# The most elements (times the itemsize) an array may declare, zero-size or not: NumPy
+# refuses shapes whose product of non-zero sides overflows its index type.
+_MAX_NBYTES = 2**62
 
 
 class PayloadError(ValueError):
@@ -193,6 +197,8 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
     if not isinstance(data, dict) or set(data) != {"buffer", "encoding"}:
         raise PayloadError('data must be {"buffer": ..., "encoding": ...}.', path)
     dtype = FLOAT0 if dtype_name == "float0" else np.dtype(dtype_name).newbyteorder("<")
+    if math.prod(n for n in shape if n) * max(1, dtype.itemsize) > _MAX_NBYTES:
+        raise PayloadError(f"shape {shape} is too large for any array.", path)
     encoding, buffer = data["encoding"], data["buffer"]
     if encoding == "json" and dtype_name != "float0":
         try:
@@ -226,7 +232,37 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
     return array.astype(dtype.newbyteorder("="), copy=False)
 
 
+class _LongInt:
+    """A JSON integer longer than Python converts (``sys.get_int_max_str_digits``),
+    kept as its digit count so that decoding can name the path where it stands."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def message(self) -> str:
+        return (
+            f"an integer of {self.digits} digits is out of range (at most "
+            f"{sys.get_int_max_str_digits()} digits are read); send a smaller number."
+        )
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits} digits>"
+
+    def __int__(self) -> int:  # inside a "json" array buffer: NumPy's error names it
+        raise OverflowError(self.message())
+
+    __float__ = __index__ = __int__
+
+
+def _parse_int(text: str) -> int | _LongInt:
+    digits = len(text) - text.startswith("-")
+    limit = sys.get_int_max_str_digits()
+    return _LongInt(digits) if limit and digits > limit else int(text)
+
+
 def _from_wire(node: Any, path: str) -> Any:
+    if isinstance(node, _LongInt):
+        raise PayloadError(node.message(), path)
     if isinstance(node, dict):
         if node.get("object_type") == "array":
             return _decode_array(node, path)
@@ -260,6 +296,13 @@ def decode(body: bytes, content_type: str) -> Any:
             raise PayloadError(f"the JSON body is malformed or truncated ({exc}).") from None
         except RecursionError:
             raise PayloadError("the JSON body is nested too deeply.") from None
+        except ValueError:
+            # An integer longer than Python converts: read again, keeping such
+            # integers as markers, so that the error names where the integer stands.
+            try:
+                document = json.loads(body, parse_int=_parse_int)
+            except ValueError as exc:
+                raise PayloadError(f"the JSON body cannot be read ({exc}).") from None
     try:
         return _from_wire(document, "")
     except RecursionError:

@@ -46,6 +46,7 @@ class HandleStore:
         self.ttl = ttl
         self._entries: OrderedDict[str, tuple[Any, int, float]] = OrderedDict()
         self._bytes = 0
+        self._kept = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -55,6 +56,11 @@ class HandleStore:
     def nbytes(self) -> int:
         """Bytes of residuals held now."""
         return self._bytes
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of residuals ever kept (a running total, evicted ones included)."""
+        return self._kept
 
     def put(self, residuals: Any, nbytes: int | None = None) -> str | None:
         """Keep ``residuals``; return the new handle, or ``None`` if they cannot fit."""
@@ -71,6 +77,7 @@ class HandleStore:
                 self._bytes -= old_size
             self._entries[handle] = (residuals, size, time.monotonic())
             self._bytes += size
+            self._kept += size
         return handle
 
     def get(self, handle: str) -> Any:

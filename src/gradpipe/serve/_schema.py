@@ -67,11 +67,18 @@ def leaf_specs(specs: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _model_schema(model: Any) -> dict[str, Any]:
+def _model_schemas(model: Any, name: str) -> dict[str, dict[str, Any]]:
+    """``{name: schema}`` for ``model`` and ``{name.Nested: schema}`` for each model it
+    nests. Pydantic puts nested models under the schema's own ``$defs`` and refers to
+    them as ``#/$defs/Nested``, which points nowhere once the schema is placed in an
+    OpenAPI document: here they become components of their own, prefixed with
+    ``name`` so that an input and an output model of the same name stay apart."""
     try:
-        return model.model_json_schema()
+        schema = model.model_json_schema(ref_template=f"#/components/schemas/{name}.{{model}}")
     except Exception as exc:  # a custom field type without a JSON schema
-        return {"type": "object", "description": f"(schema unavailable: {exc})"}
+        return {name: {"type": "object", "description": f"(schema unavailable: {exc})"}}
+    nested = schema.pop("$defs", {})
+    return {name: schema, **{f"{name}.{key}": value for key, value in nested.items()}}
 
 
 def _operation(summary: str, request: dict[str, Any], response: dict[str, Any]) -> dict:
@@ -86,7 +93,10 @@ def _operation(summary: str, request: dict[str, Any], response: dict[str, Any]) 
                 "200": {"description": "OK", "content": content(response)},
                 "401": {"description": "missing or wrong bearer token"},
                 "410": {"description": "unknown or expired residual handle"},
-                "413": {"description": "body larger than --max-body-size"},
+                "413": {
+                    "description": "body larger than --max-body-size, or a Jacobian larger "
+                    "than --max-jacobian-size"
+                },
                 "422": {"description": "invalid request; the body names the path"},
             },
         }
@@ -159,8 +169,8 @@ def openapi_schema(component: Any, *, max_batch: int) -> dict[str, Any]:
         "components": {
             "schemas": {
                 "Array": _ARRAY,
-                "Inputs": _model_schema(component.input_model),
-                "Outputs": _model_schema(component.output_model),
+                **_model_schemas(component.input_model, "Inputs"),
+                **_model_schemas(component.output_model, "Outputs"),
             }
         },
         "x-gradpipe": {

@@ -2,54 +2,24 @@
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import os
 import sys
 from typing import Any
 
-from ._app import DEFAULT_MAX_BODY_SIZE, create_app
+from ._app import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_JACOBIAN_BYTES, create_app
 from ._client import TOKEN_ENV
 from ._handles import HandleStore
+from ._malloc import tune_malloc
 
 __all__ = ["TOKEN_ENV", "app_from_env", "load_component", "serve", "tune_malloc"]
 
 _TARGET_ENV = "GRADPIPE_SERVE_TARGET"
 _MAX_BODY_ENV = "GRADPIPE_SERVE_MAX_BODY_SIZE"
+_MAX_JACOBIAN_ENV = "GRADPIPE_SERVE_MAX_JACOBIAN_BYTES"
 _APP_DIR_ENV = "GRADPIPE_SERVE_APP_DIR"
 _HANDLES_ENV = "GRADPIPE_SERVE_HANDLES"
-_MALLOC_ENV = "GRADPIPE_SERVE_MALLOC"
-
-# glibc's mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-def tune_malloc() -> bool:
-    """Keep freed multi-megabyte blocks in this process for reuse (glibc only).
-
-    By default glibc hands every block above a (dynamic) threshold to ``mmap`` and
-    gives it back on ``free``, so each request's fresh body, response and XLA output
-    buffers start as untouched pages: one page fault per 4 KiB, about as costly as
-    4 MB of copying several times over (~4 ms per 4 MB measured on the benchmark VM,
-    against ~0.1 ms to rewrite warm memory). Blocks below 32 MiB then come from the
-    heap and at most 256 MiB of free heap is kept. Only the server process is tuned,
-    never a process that merely imports gradpipe; set ``GRADPIPE_SERVE_MALLOC=0``, or
-    glibc's own ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``, to opt out or
-    choose other values. **Returns** whether anything was changed.
-    """
-    if not sys.platform.startswith("linux") or os.environ.get(_MALLOC_ENV, "1") == "0":
-        return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    changed = False
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
-        changed |= bool(mallopt(_M_MMAP_THRESHOLD, 32 * 2**20))
-    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
-        changed |= bool(mallopt(_M_TRIM_THRESHOLD, 256 * 2**20))
-    return changed
 
 
 def load_component(target: str, app_dir: str | None = ".") -> Any:
@@ -92,6 +62,7 @@ def app_from_env():
         component,
         token=os.environ.get(TOKEN_ENV) or None,
         max_body_size=int(os.environ.get(_MAX_BODY_ENV, DEFAULT_MAX_BODY_SIZE)),
+        max_jacobian_bytes=int(os.environ.get(_MAX_JACOBIAN_ENV, DEFAULT_MAX_JACOBIAN_BYTES)),
         handles=_handle_store(*json.loads(os.environ.get(_HANDLES_ENV, "[64, 1073741824, 600]"))),
     )
 
@@ -113,6 +84,7 @@ def serve(
     max_handles: int = 64,
     max_handle_bytes: int = 2**30,
     handle_ttl: float = 600.0,
+    max_jacobian_bytes: int = DEFAULT_MAX_JACOBIAN_BYTES,
 ) -> None:
     """Serve the component at ``target`` until interrupted.
 
@@ -127,6 +99,8 @@ def serve(
     - `app_dir`: directory put first on ``sys.path`` to import ``target``.
     - `max_handles`, `max_handle_bytes`, `handle_ttl`: the bounds of the residual
       store of each worker (see `HandleStore`).
+    - `max_jacobian_bytes`: a ``/jacobian`` whose answer would hold more bytes
+      (known from the shapes before computing) gets 413.
 
     Each server process tunes glibc's allocator first (`tune_malloc`).
     """
@@ -140,13 +114,20 @@ def serve(
     if workers == 1:
         tune_malloc()
         component = load_component(target, app_dir)
-        app = create_app(component, token=token, max_body_size=max_body_size, handles=store)
+        app = create_app(
+            component,
+            token=token,
+            max_body_size=max_body_size,
+            handles=store,
+            max_jacobian_bytes=max_jacobian_bytes,
+        )
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
         return
     load_component(target, app_dir)  # fail here, not in every worker
     os.environ[_TARGET_ENV] = target
     os.environ[_APP_DIR_ENV] = os.path.abspath(app_dir)
     os.environ[_MAX_BODY_ENV] = str(max_body_size)
+    os.environ[_MAX_JACOBIAN_ENV] = str(max_jacobian_bytes)
     os.environ[_HANDLES_ENV] = json.dumps(limits)
     if token:
         os.environ[TOKEN_ENV] = token
