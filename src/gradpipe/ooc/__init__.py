@@ -27,7 +27,6 @@ except ImportError as _error:
 from ._array import DiskArray
 from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from ._driver import Driver, set_progress
-from ._hijax import DiskArrayType
 from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
 from ._op import BlockParallelOp, CustomOp, make_op
@@ -41,7 +40,6 @@ __all__ = [
     "BlockParallelOp",
     "CustomOp",
     "DiskArray",
-    "DiskArrayType",
     "Driver",
     "IOStats",
     "MemoryBudget",
