@@ -61,6 +61,7 @@ def flatten_inputs(
     abstract: bool = False,
     private: bool = True,
     host: bool = False,
+    casting: str = "checked",
 ) -> FlatInputs:
     """Flatten a validated input model along ``node``.
 
@@ -89,7 +90,7 @@ def flatten_inputs(
             if problem:
                 raise ComponentInputError(path, f"Input {path!r}: {problem}.")
             if abstract:
-                array = _abstract_array(node, value, path)
+                array = _abstract_array(node, value, path, casting)
             elif host and not isinstance(value, jax.Array):
                 array = np.asarray(value, dtype=node.spec.dtype)
             else:
@@ -197,7 +198,7 @@ def _field(node: ModelNode, value: Mapping[str, Any], name: str, path: str) -> A
     return info.get_default(call_default_factory=True)
 
 
-def _abstract_array(node: ArrayNode, value: Any, path: str) -> jax.ShapeDtypeStruct:
+def _abstract_array(node: ArrayNode, value: Any, path: str, casting: str) -> jax.ShapeDtypeStruct:
     if isinstance(value, Mapping) and set(value) == {"shape", "dtype"}:
         shape, dtype = value["shape"], value["dtype"]
     elif hasattr(value, "shape") and hasattr(value, "dtype"):
@@ -219,7 +220,7 @@ def _abstract_array(node: ArrayNode, value: Any, path: str) -> jax.ShapeDtypeStr
         raise ComponentInputError(
             path, f"Abstract input {path!r} needs a list of ints as shape and a dtype name."
         ) from None
-    problem = node.spec.check(shape, dtype)
+    problem = node.spec.check(shape, dtype, casting)
     if problem:
         raise ComponentInputError(path, f"Abstract input {path!r}: {problem}.")
     return jax.ShapeDtypeStruct(shape, node.spec.dtype)
