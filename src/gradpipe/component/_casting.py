@@ -41,7 +41,17 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-__all__ = ["CASTINGS", "Casting", "cast_problem", "check_casting", "kind", "static_problem"]
+__all__ = [
+    "CASTINGS",
+    "Casting",
+    "as_numbers",
+    "cast_numbers",
+    "cast_problem",
+    "check_casting",
+    "kind",
+    "kind_problem",
+    "static_problem",
+]
 
 Casting = Literal["checked", "unchecked"]
 CASTINGS: tuple[str, ...] = ("checked", "unchecked")
@@ -141,6 +151,41 @@ def cast_problem(value: Any, dst: Any, casting: str = "checked") -> str | None:
                 f"{float(np.finfo(dst).max):g}): a cast would make it inf"
             )
     return None
+
+
+# -- nested lists of numbers -------------------------------------------------------
+
+
+def as_numbers(value: Any) -> np.ndarray:
+    """A number or nested list of numbers as the NumPy array NumPy infers, refusing a
+    list that mixes ``True``/``False`` with numbers (NumPy would read them as 1 and 0).
+    Strings and other objects come back with a non-numeric dtype for `kind_problem`
+    to refuse."""
+    array = np.asarray(value)
+    if isinstance(value, list | tuple) and kind(array.dtype) not in ("b", None):
+        stack = [value]
+        while stack:
+            for item in stack.pop():
+                if isinstance(item, bool | np.bool_):
+                    raise ValueError(
+                        f"the list mixes true/false with numbers, which would be read as 1 "
+                        f"and 0; send numbers only (got {item!r} among {array.dtype} values)"
+                    )
+                if isinstance(item, list | tuple):
+                    stack.append(item)
+    return array
+
+
+def cast_numbers(value: Any, dtype: Any) -> np.ndarray:
+    """JSON numbers (a number or nested lists) as an array of ``dtype``, under the
+    ``"checked"`` rules: a ``ValueError`` says why when a value would change (``1.5``
+    for an integer dtype, ``1e40`` for float32, ``true`` for a number, ``"1.5"``)."""
+    array = as_numbers(value)
+    problem = cast_problem(array, dtype)
+    if problem:
+        raise ValueError(problem)
+    with np.errstate(all="ignore"):
+        return array.astype(dtype)
 
 
 # -- static fields ------------------------------------------------------------------

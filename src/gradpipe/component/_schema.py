@@ -23,7 +23,7 @@ import numpy as np
 import pydantic
 from pydantic_core import core_schema
 
-from ._casting import cast_problem, kind, kind_problem
+from ._casting import as_numbers, cast_problem, kind, kind_problem
 from ._paths import join_name
 
 __all__ = [
@@ -137,7 +137,7 @@ class ArraySpec:
             )
         if not isinstance(value, jax.Array):
             try:
-                value = np.asarray(value)
+                value = as_numbers(value) if casting == "checked" else np.asarray(value)
             except (ValueError, TypeError) as error:
                 raise ValueError(f"expected an array of {self.dtype.name}: {error}") from None
         problem = self.check(value.shape, value.dtype, casting)
