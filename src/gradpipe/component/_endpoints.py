@@ -21,8 +21,9 @@ import jax.numpy as jnp
 
 from ._paths import ComponentInputError, canonical_paths
 from ._recompute import has_host_effects, residual_policy
-from ._schema import ArrayNode, ModelNode, is_inexact
+from ._schema import ArrayNode, LeafSpec, ModelNode, is_inexact, leaf_specs
 from ._tree import flatten_outputs, rebuild
+from ._unselectable import unselectable_reason
 
 __all__ = ["DERIVATIVE_ERRORS", "Programs", "Selection", "Signature", "derivative_error"]
 
@@ -46,6 +47,8 @@ class Signature:
     out_paths: tuple[str, ...]
     out_nodes: tuple[ArrayNode, ...]
     out_avals: tuple[jax.ShapeDtypeStruct, ...]
+    in_specs: tuple[LeafSpec, ...] = ()
+    out_specs: tuple[LeafSpec, ...] = ()
 
     @property
     def diff_in(self) -> tuple[int, ...]:
@@ -58,8 +61,10 @@ class Signature:
     def select(self, paths: Any, side: str, what: str) -> Selection:
         """The leaves ``paths`` address on ``side`` ("input" or "output"), checked to
         exist and be differentiable; a `ComponentInputError` names the first bad one."""
-        names, nodes = (
-            (self.in_paths, self.in_nodes) if side == "input" else (self.out_paths, self.out_nodes)
+        names, nodes, specs, others = (
+            (self.in_paths, self.in_nodes, self.in_specs, self.out_paths)
+            if side == "input"
+            else (self.out_paths, self.out_nodes, self.out_specs, self.in_paths)
         )
         index = {p: i for i, p in enumerate(names)}
         chosen: list[tuple[str, int]] = []
@@ -69,7 +74,7 @@ class Signature:
                 listed = ", ".join(repr(p) for p in known[:12]) + (
                     ", ..." if len(known) > 12 else ""
                 )
-                reason = "is not differentiable" if canonical in index else f"is not an {side}"
+                reason = unselectable_reason(canonical, side, names, specs, others)
                 raise ComponentInputError(
                     given,
                     f"The {what} {given!r} {reason}. Differentiable {side} paths of this "
@@ -120,6 +125,8 @@ class Programs:
         self._residuals = residuals
         self._in_node = in_node
         self._out_node = out_node
+        self._in_specs = tuple(leaf_specs(in_node))
+        self._out_specs = tuple(leaf_specs(out_node))
         self._max = max_programs
         self._lock = threading.Lock()
         self._programs: OrderedDict[Any, Callable[..., Any]] = OrderedDict()
@@ -166,6 +173,8 @@ class Programs:
             tuple(out_paths),
             tuple(out_nodes),
             tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals),
+            self._in_specs,
+            self._out_specs,
         )
         with self._lock:
             self._signatures[key] = sig

@@ -131,6 +131,8 @@ class ArraySpec:
                 "got a JAX tracer; component endpoints take concrete arrays. Call the "
                 "component's function directly inside jit/grad."
             )
+        if value is None:
+            raise ValueError(f"expected an array of {self.dtype.name}, got None")
         if isinstance(value, jax.Array) and value.is_deleted():
             raise ValueError(
                 "the JAX array was deleted (or donated to a jitted function); pass a live array"

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
+from ._casting import cast_problem
 from ._keys import StaticValue
 from ._paths import ComponentInputError, join_index, join_key, join_name
 from ._schema import ArrayNode, DictNode, ListNode, ModelNode, Node, OptionalNode, StaticNode
@@ -259,6 +260,13 @@ def flatten_outputs(
         if isinstance(node, OptionalNode):
             return None if value is None else walk(node.inner, value, path)
         if isinstance(node, ArrayNode):
+            if isinstance(value, bool | int | float | complex):
+                # jax.jit returns a Python number as an array: so does a component,
+                # when the number keeps its value in the declared dtype.
+                problem = cast_problem(np.asarray(value), node.spec.dtype)
+                if problem:
+                    raise TypeError(f"{where} is the Python number {value!r}: {problem}.")
+                value = jnp.asarray(value, node.spec.dtype)
             if not hasattr(value, "shape") or not hasattr(value, "dtype"):
                 raise TypeError(f"{where} must be an array, got {type(value).__name__}.")
             problem = x64_problem(node.spec.dtype)
