@@ -112,14 +112,16 @@ def test_bad_options_are_refused():
 # -- array casts: the table of the components guide ---------------------------------
 
 
-def one(dtype):
-    class M(pydantic.BaseModel):
+def identity(dtype, **options):
+    """A component passing one array field ``v`` of ``dtype`` through as ``y``."""
+
+    class In1(pydantic.BaseModel):
         v: Array[dtype, (None,)]
 
-    class O(pydantic.BaseModel):
+    class Out1(pydantic.BaseModel):
         y: Array[dtype, (None,)]
 
-    return M, O
+    return Component(lambda d: {"y": d["v"]}, inputs=In1, outputs=Out1, **options)
 
 
 ACCEPTED = [
@@ -166,8 +168,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("dtype, value, received", ACCEPTED)
 def test_accepted_casts_keep_the_value(dtype, value, received):
-    M, O = one(dtype)
-    comp = Component(lambda d: {"y": d["v"]}, inputs=M, outputs=O)
+    comp = identity(dtype)
     out = np.asarray(comp.apply({"v": value})["y"])
     assert out.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(out, np.asarray(received, dtype))
@@ -175,25 +176,21 @@ def test_accepted_casts_keep_the_value(dtype, value, received):
 
 @pytest.mark.parametrize("dtype, value, words", REFUSED)
 def test_refused_casts_name_the_field(dtype, value, words):
-    M, O = one(dtype)
-    comp = Component(lambda d: {"y": d["v"]}, inputs=M, outputs=O)
+    comp = identity(dtype)
     with pytest.raises(ComponentInputError, match=words) as info:
         comp.apply({"v": value})
     assert info.value.path == "v"
 
 
 def test_casting_unchecked_casts_as_numpy_does():
-    M, O = one(np.float32)
-    comp = Component(lambda d: {"y": d["v"]}, inputs=M, outputs=O, casting="unchecked")
+    comp = identity(np.float32, casting="unchecked")
     np.testing.assert_array_equal(comp.apply({"v": np.array([1e40, 1.0])})["y"], [np.inf, 1.0])
-    M, O = one(np.uint8)
-    comp = Component(lambda d: {"y": d["v"]}, inputs=M, outputs=O, casting="unchecked")
+    comp = identity(np.uint8, casting="unchecked")
     np.testing.assert_array_equal(comp.apply({"v": [-1, 2.7]})["y"], [255, 2])
 
 
 def test_jax_arrays_are_checked_on_their_device():
-    M, O = one(np.int8)
-    comp = Component(lambda d: {"y": d["v"]}, inputs=M, outputs=O)
+    comp = identity(np.int8)
     with pytest.raises(ComponentInputError, match="do not fit in int8"):
         comp.apply({"v": jnp.array([1000], jnp.int32)})
     np.testing.assert_array_equal(comp.apply({"v": jnp.array([100], jnp.int32)})["y"], [100])
@@ -208,9 +205,11 @@ TARGETS += [np.complex64]
 @settings(max_examples=150, deadline=None)
 @given(
     st.sampled_from(SOURCES).flatmap(
-        lambda dt: hnp.arrays(dt, st.integers(0, 4), elements={"allow_subnormal": False})
-        if np.dtype(dt).kind in "fc"
-        else hnp.arrays(dt, st.integers(0, 4))
+        lambda dt: (
+            hnp.arrays(dt, st.integers(0, 4), elements={"allow_subnormal": False})
+            if np.dtype(dt).kind in "fc"
+            else hnp.arrays(dt, st.integers(0, 4))
+        )
     ),
     st.sampled_from(TARGETS),
 )
