@@ -16,8 +16,8 @@ from gradpipe.component import (
     Differentiable,
     ResidualCache,
     Residuals,
+    _keys,
 )
-from gradpipe.component import _keys
 
 
 class In(pydantic.BaseModel):

@@ -297,3 +297,13 @@ def test_static_values_as_json_carries_them_are_accepted(field, value, seen):
 def test_casting_unchecked_coerces_static_values():
     out = make(casting="unchecked").apply({"x": X, "n": "2", "scale": True})
     np.testing.assert_allclose(out["y"], [2.0, 4.0])
+
+
+def test_a_field_given_by_its_alias_is_known():
+    class Aliased(pydantic.BaseModel):
+        x: Differentiable[Array[np.float32, (None,)]] = pydantic.Field(alias="X")
+
+    comp = Component(lambda d: {"y": d["x"]}, inputs=Aliased, outputs=Out)
+    np.testing.assert_allclose(comp.apply({"X": X})["y"], X)
+    with pytest.raises(ComponentInputError, match="'z' is not a field"):
+        comp.apply({"X": X, "z": 1})

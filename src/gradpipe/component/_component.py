@@ -3,6 +3,7 @@ autodiff endpoints."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -150,6 +151,7 @@ class Component:
         # jacobian mode that worked for a selection under mode="auto".
         self._no_residuals: dict[Any, Exception] = {}
         self._jacobian_modes: dict[Any, str] = {}
+        self._memo_lock = threading.Lock()
         if residual_cache is True:
             residual_cache = CacheLimits()
         self.residual_cache: ResidualCache | None = (
@@ -218,7 +220,7 @@ class Component:
             leaves, vjp_fn = self._programs.keep(sig)(self._params, arrays)
         except DERIVATIVE_ERRORS as error:
             leaves = self._programs.apply(sig)(self._params, arrays)
-            self._remember_no_residuals(sig, error)
+            self._remember(self._no_residuals, sig.key, error)
             return rebuild(self._out_node, sig.out_structure, leaves)
         if cache is not None and not cache.touch(twin):
             cache.put(key, Residuals(self, sig, vjp_fn), look=False)
@@ -398,10 +400,13 @@ class Component:
         except DERIVATIVE_ERRORS as error:
             raise derivative_error(endpoint, {"rev": error}) from error
 
-    def _remember_no_residuals(self, sig: Signature, error: Exception) -> None:
-        self._no_residuals[sig.key] = error
-        while len(self._no_residuals) > 256:
-            del self._no_residuals[next(iter(self._no_residuals))]
+    def _remember(self, memo: dict[Any, Any], key: Any, value: Any) -> None:
+        """Note ``value`` under ``key`` in one of the per-signature memos, the oldest
+        dropped past 256 entries."""
+        with self._memo_lock:
+            memo[key] = value
+            while len(memo) > 256:
+                del memo[next(iter(memo))]
 
     def _jacobian(
         self, sig: Signature, ins: tuple[int, ...], outs: tuple[int, ...], mode: str, arrays: Any
@@ -426,9 +431,7 @@ class Component:
                 errors[tried] = error
                 continue
             if mode == "auto":
-                self._jacobian_modes[(sig.key, ins, outs)] = tried
-                while len(self._jacobian_modes) > 256:
-                    del self._jacobian_modes[next(iter(self._jacobian_modes))]
+                self._remember(self._jacobian_modes, (sig.key, ins, outs), tried)
             return result
         endpoint = f"jacobian (mode={mode!r})"
         error = derivative_error(endpoint, errors)
@@ -442,9 +445,7 @@ class Component:
         elif isinstance(inputs, Mapping):
             check_given(self._in_node, inputs, extra=self.extra, casting=self.casting)
             try:
-                model = self.input_model.model_validate(
-                    inputs, context={"casting": self.casting}, strict=False
-                )
+                model = self.input_model.model_validate(inputs, context={"casting": self.casting})
             except pydantic.ValidationError as error:
                 raise validation_error(self._in_node, error) from None
         else:

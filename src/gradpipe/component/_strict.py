@@ -10,6 +10,7 @@ nodes and names the first such field by its path.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -54,9 +55,9 @@ def check_given(node: Node, value: Any, *, extra: str, casting: str, path: str =
     elif isinstance(node, ModelNode):
         if not isinstance(value, Mapping):
             return
-        fields = dict(node.fields)
         if _forbids(node.model, extra):
-            unknown = [k for k in value if k not in fields]
+            known = _known_keys(node.model)
+            unknown = [k for k in value if k not in known]
             if unknown:
                 _refuse_unknown(node, path, unknown[0], len(unknown))
         for name, child in node.fields:
@@ -75,9 +76,15 @@ def check_given(node: Node, value: Any, *, extra: str, casting: str, path: str =
                             path=join_key(path, key))  # fmt: skip
 
 
-def _refuse_unknown(node: ModelNode, path: str, name: Any, count: int) -> None:
-    import difflib
+def _known_keys(model: Any) -> set[str]:
+    """The keys a model reads: its field names and their string aliases."""
+    known = set(model.model_fields)
+    for info in model.model_fields.values():
+        known.update(a for a in (info.alias, info.validation_alias) if isinstance(a, str))
+    return known
 
+
+def _refuse_unknown(node: ModelNode, path: str, name: Any, count: int) -> None:
     where = join_name(path, str(name))
     known = [n for n, _ in node.fields]
     close = difflib.get_close_matches(str(name), known, n=1)
