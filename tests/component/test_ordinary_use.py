@@ -250,3 +250,27 @@ def test_a_path_that_cannot_be_differentiated_is_named_for_what_it_is(ins, outs,
     comp = Component(lambda d: {"y": d["x"]}, inputs=In, outputs=Out)  # t is None here
     with pytest.raises(ComponentInputError, match=words):
         comp.vjp({"x": ONES}, ins, outs, {o: ONES for o in outs if o != "x["})
+
+
+def fixed_point(d):
+    x = d["x"]
+    body = lambda c: (c[0] * 0.5 + x, c[1] + 1)  # noqa: E731
+    return {"y": jax.lax.while_loop(lambda c: c[1] < 5, body, (x, 0))[0]}
+
+
+def test_a_while_loop_runs_forward_and_refuses_reverse_by_name():
+    """lax.while_loop has forward mode but no reverse mode: jacobian(mode="auto") uses
+    forward mode even where reverse would be cheaper, and vjp names the endpoint."""
+    comp = Component(fixed_point, inputs=Vec, outputs=VecOut)
+    x = np.ones(3, np.float32)
+    np.testing.assert_allclose(comp.apply({"x": x})["y"], np.full(3, 1.96875))
+    np.testing.assert_allclose(comp.jvp({"x": x}, ["x"], ["y"], {"x": x})["y"], 1.96875)
+
+    class Total(pydantic.BaseModel):
+        t: Differentiable[Array[np.float32, ()]]
+
+    total = Component(lambda d: {"t": jnp.sum(fixed_point(d)["y"])}, inputs=Vec, outputs=Total)
+    jac = total.jacobian({"x": x}, ["x"], ["t"])["t"]["x"]  # 3 inputs, 1 output: rev first
+    np.testing.assert_allclose(jac, np.full(3, 1.96875))
+    with pytest.raises(TypeError, match=r"Component\.vjp cannot differentiate .*while_loop"):
+        comp.vjp({"x": x}, ["x"], ["y"], {"y": x})

@@ -301,17 +301,25 @@ class Component:
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
         given = vectors(sig, outs, cotangents, "output", "cotangent", self.casting)
-        return jax.block_until_ready(self._pull(residuals, ins, outs, given))
+        return jax.block_until_ready(self._pull(residuals, ins, outs, given, "vjp_from"))
 
     def _pull(
-        self, residuals: Residuals, ins: Selection, outs: Selection, vectors: dict[int, Any]
+        self,
+        residuals: Residuals,
+        ins: Selection,
+        outs: Selection,
+        vectors: dict[int, Any],
+        endpoint: str = "vjp",
     ) -> dict[str, Any]:
         sig = residuals._signature
         f_ins, f_outs = inexact(ins, sig.diff_in), inexact(outs, sig.diff_out)
         grads: dict[int, Any] = {}
         if f_ins and f_outs:
             program = self._programs.backward(sig, f_ins, f_outs)
-            result = program(residuals._vjp_fn, tuple(vectors[o] for o in f_outs))
+            try:
+                result = program(residuals._vjp_fn, tuple(vectors[o] for o in f_outs))
+            except DERIVATIVE_ERRORS as error:  # e.g. lax.while_loop: no transpose
+                raise derivative_error(endpoint, {"rev": error}) from error
             grads = dict(zip(f_ins, result))
         return fill(ins, grads, sig.in_avals)
 
