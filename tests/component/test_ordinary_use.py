@@ -254,7 +254,7 @@ def test_a_path_that_cannot_be_differentiated_is_named_for_what_it_is(ins, outs,
 
 def fixed_point(d):
     x = d["x"]
-    body = lambda c: (c[0] * 0.5 + x, c[1] + 1)  # noqa: E731
+    body = lambda c: (c[0] * 0.5 + x, c[1] + 1)
     return {"y": jax.lax.while_loop(lambda c: c[1] < 5, body, (x, 0))[0]}
 
 
