@@ -132,6 +132,7 @@ ACCEPTED = [
     (np.float32, [1, 2], [1.0, 2.0]),
     (np.float32, np.array([16777217]), [16777216.0]),  # rounds to the nearest float32
     (np.float16, [65504], [65504.0]),
+    (jnp.bfloat16, np.array([1.5, 3e38]), np.array([1.5, 3e38]).astype(jnp.bfloat16)),
     (np.float16, np.array([65519.0]), [65504.0]),  # rounds down to the largest finite
     (np.uint8, [0, 255], [0, 255]),
     (np.uint8, np.array([3], np.int64), [3]),
@@ -147,6 +148,7 @@ REFUSED = [
     (np.float32, np.array([1e40]), "beyond the range of float32"),
     (np.float32, np.array([-1e40, 1.0]), "beyond the range"),
     (np.float16, [70000], "beyond the range of float16"),
+    (jnp.bfloat16, np.array([1e39]), "beyond the range of bfloat16"),
     (np.float16, np.array([65520.0]), "beyond the range of float16"),
     (np.complex64, np.array([1e40j]), "beyond the range"),
     (np.uint8, [-1], "do not fit in uint8"),

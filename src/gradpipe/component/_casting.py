@@ -140,7 +140,7 @@ def cast_problem(value: Any, dst: Any, casting: str = "checked") -> str | None:
         return None
     # To a float or complex dtype: a finite value (each part of a complex one) must
     # stay finite; rounding to the nearest representable value is accepted.
-    real = np.finfo(dst).dtype
+    real = jnp.finfo(dst).dtype
     for part in (value.real, value.imag) if a == "c" else (value,):
         with np.errstate(over="ignore", invalid="ignore"):
             lost = xp.isfinite(part) & ~xp.isfinite(part.astype(real))
@@ -148,7 +148,7 @@ def cast_problem(value: Any, dst: Any, casting: str = "checked") -> str | None:
             first = part[lost][0] if xp is np else part[lost][0].item()
             return (
                 f"the value {first} is beyond the range of {dst.name} (largest finite "
-                f"{float(np.finfo(dst).max):g}): a cast would make it inf"
+                f"{float(jnp.finfo(dst).max):g}): a cast would make it inf"
             )
     return None
 
