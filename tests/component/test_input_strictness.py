@@ -309,3 +309,32 @@ def test_a_field_given_by_its_alias_is_known():
     np.testing.assert_allclose(comp.apply({"X": X})["y"], X)
     with pytest.raises(ComponentInputError, match="'z' is not a field"):
         comp.apply({"X": X, "z": 1})
+
+
+NAMES = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz_"), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    where=st.sampled_from(["top", "layers[0]", "layers[1]", "bands[red]", "opt"]),
+    name=NAMES.filter(lambda n: n not in In.model_fields and n not in Layer.model_fields),
+)
+def test_any_unknown_field_at_any_depth_is_refused_by_its_path(where, name):
+    layers = [{"w": [1.0]}, {"w": [2.0], "lr": 0.5}]
+    inputs = {"x": X, "layers": layers, "bands": {"red": {"w": [1.0]}}, "opt": {"w": [1.0]}}
+    if where == "top":
+        inputs[name], path = 1, name
+    else:
+        target = {
+            "layers[0]": layers[0],
+            "layers[1]": layers[1],
+            "bands[red]": inputs["bands"]["red"],
+            "opt": inputs["opt"],
+        }[where]
+        target[name], path = 1.0, f"{where}.{name}"
+    with pytest.raises(ComponentInputError) as info:
+        COMPONENT.apply(inputs)
+    assert info.value.path == path
+
+
+COMPONENT = make()
