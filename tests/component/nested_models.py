@@ -59,7 +59,7 @@ def nested_inputs(seed=0):
 
     return {
         "x": r(4),
-        "layers": [{"w": r(3), "b": r(), "extra": None}, {"w": r(3), "b": r()}],
+        "layers": [{"w": r(3), "b": r()}, {"w": r(3), "b": r()}],
         "table": {"a": r(2), "b c": r(2)},
         "k": np.array([1, 2, 3], np.int32),
         "scale": 1.3,

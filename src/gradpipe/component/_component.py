@@ -3,24 +3,27 @@ autodiff endpoints."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pydantic
 
 from gradpipe.core import Operator
 
-from ._endpoints import Programs, Selection, Signature
+from ._casting import Casting, check_casting
+from ._endpoints import DERIVATIVE_ERRORS, Programs, Selection, Signature, derivative_error
 from ._keys import ContentKey
-from ._paths import ComponentInputError, canonical_path
+from ._paths import ComponentInputError
 from ._recompute import check_residuals
 from ._residuals import CacheLimits, ResidualCache, Residuals
 from ._schema import LeafSpec, leaf_specs, model_node
-from ._tree import FlatInputs, flatten_inputs, on_device, rebuild, to_device, validation_error
+from ._strict import Extra, check_extra, check_given
+from ._tree import FlatInputs, flatten_inputs, on_device, rebuild, validation_error
+from ._vectors import fill, inexact, vectors
 
 __all__ = ["Component"]
 
@@ -69,6 +72,21 @@ class Component:
     residual, ``"inputs"`` only the inputs (the backward pass reruns the forward
     pass), and any ``jax.checkpoint`` policy may be given instead.
 
+    **Input the caller did not mean is refused.** A field the input model does not
+    declare (at any depth) is refused, naming it, unless the component is built with
+    ``extra="ignore"`` (or the model itself sets ``extra``). A value is cast to its
+    field's dtype only when the cast keeps it (see the casting table of the
+    components guide): ``1e40`` for a float32 field, ``-1`` for a uint8 one, ``1.5``
+    for an int one, ``True`` for a number, or ``"2"`` for a static ``int`` is refused
+    unless the component is built with ``casting="unchecked"``.
+
+    **What may fail where.** `apply` runs whatever ``jax.jit`` runs: when the forward
+    pass cannot be differentiated (a host callback without a derivative rule), it
+    runs without keeping residuals. Only the derivative endpoints (`vjp`, `jvp`,
+    `jacobian`, `apply_keep`) refuse such a function, with a `TypeError` naming the
+    endpoint and JAX's reason. ``jacobian(mode="auto")`` uses reverse mode for a
+    function with only a reverse-mode rule (``jax.custom_vjp``).
+
     **Arguments:**
 
     - `fn`: a JAX-traceable callable (see above).
@@ -80,6 +98,10 @@ class Component:
     - `residual_cache`: ``True`` (default limits), ``False``, or a `CacheLimits`.
     - `residuals`: ``"auto"`` (default), ``"all"``, ``"inputs"`` or a
       ``jax.checkpoint`` policy (see above).
+    - `extra`: ``"forbid"`` (default) refuses unknown input fields; ``"ignore"``
+      drops them.
+    - `casting`: ``"checked"`` (default) refuses casts that change a value;
+      ``"unchecked"`` casts as NumPy's ``astype`` and pydantic's lax mode do.
 
     ```python
     class In(pydantic.BaseModel):
@@ -103,6 +125,8 @@ class Component:
         outputs: type[pydantic.BaseModel],
         residual_cache: bool | CacheLimits = True,
         residuals: Literal["auto", "all", "inputs"] | Callable[..., bool] = "auto",
+        extra: Extra = "forbid",
+        casting: Casting = "checked",
     ) -> None:
         if not callable(fn):
             raise TypeError(f"Component needs a callable fn, got {type(fn).__name__}.")
@@ -118,7 +142,16 @@ class Component:
         if static_out:
             raise TypeError(f"Output fields must be arrays (Array[...]); {static_out[0]!r} is not.")
         check_residuals(residuals)
+        check_extra(extra)
+        check_casting(casting)
         self.residuals = residuals
+        self.extra = extra
+        self.casting = casting
+        # Signatures whose forward pass cannot run under jax.vjp (see `apply`), and the
+        # jacobian mode that worked for a selection under mode="auto".
+        self._no_residuals: dict[Any, Exception] = {}
+        self._jacobian_modes: dict[Any, str] = {}
+        self._memo_lock = threading.Lock()
         if residual_cache is True:
             residual_cache = CacheLimits()
         self.residual_cache: ResidualCache | None = (
@@ -177,8 +210,18 @@ class Component:
         # that the comparison does not compete with it for the processor.
         twin = None if cache is None else cache.twin(key)
         # The same compiled forward pass runs whether the cache is on or off, so that
-        # the cache never changes a single bit of any result.
-        leaves, vjp_fn = self._programs.keep(sig)(self._params, arrays)
+        # the cache never changes a single bit of any result. A forward pass that
+        # cannot run under jax.vjp (a callback without a derivative rule) runs plainly:
+        # apply runs whatever jax.jit runs.
+        if sig.key in self._no_residuals:
+            leaves = self._programs.apply(sig)(self._params, arrays)
+            return rebuild(self._out_node, sig.out_structure, leaves)
+        try:
+            leaves, vjp_fn = self._programs.keep(sig)(self._params, arrays)
+        except DERIVATIVE_ERRORS as error:
+            leaves = self._programs.apply(sig)(self._params, arrays)
+            self._remember(self._no_residuals, sig.key, error)
+            return rebuild(self._out_node, sig.out_structure, leaves)
         if cache is not None and not cache.touch(twin):
             cache.put(key, Residuals(self, sig, vjp_fn), look=False)
         return rebuild(self._out_node, sig.out_structure, leaves)
@@ -190,7 +233,10 @@ class Component:
         cache setting). **Returns** ``(outputs, residuals)``; pass the residuals to
         `vjp_from` of this component."""
         _, flat, sig = self._prepare(inputs)
-        leaves, vjp_fn = self._programs.keep(sig)(self._params, flat.arrays)
+        if not (sig.diff_in and sig.diff_out):
+            leaves = self._programs.apply(sig)(self._params, flat.arrays)
+            return rebuild(self._out_node, sig.out_structure, leaves), Residuals(self, sig, None)
+        leaves, vjp_fn = self._keep(sig, flat.arrays, "apply_keep")
         return rebuild(self._out_node, sig.out_structure, leaves), Residuals(self, sig, vjp_fn)
 
     def vjp(
@@ -212,9 +258,9 @@ class Component:
         _, flat, sig = self._prepare(inputs, host=True)
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
-        vectors = _vectors(sig, outs, cotangents, "output", "cotangent")
-        if not (_inexact(ins, sig.diff_in) and _inexact(outs, sig.diff_out)):
-            return _fill(ins, {}, sig.in_avals)
+        given = vectors(sig, outs, cotangents, "output", "cotangent", self.casting)
+        if not (inexact(ins, sig.diff_in) and inexact(outs, sig.diff_out)):
+            return fill(ins, {}, sig.in_avals)
         cache = self.residual_cache
         key = None if cache is None else ContentKey(flat.structure, flat.arrays)
         residuals = None if cache is None else cache.get(key)
@@ -226,12 +272,12 @@ class Component:
                 arrays = on_device(key.arrays, private=False)
             else:
                 arrays = on_device(flat.arrays, private=False)  # we wait for the result
-            _, vjp_fn = self._programs.keep(sig)(self._params, arrays)
+            _, vjp_fn = self._keep(sig, arrays, "vjp")
             residuals = Residuals(self, sig, vjp_fn)
             if key is not None:
                 cache.put(key, residuals)
         # The device arrays may share the caller's buffers until the result is ready.
-        return jax.block_until_ready(self._pull(residuals, ins, outs, vectors))
+        return jax.block_until_ready(self._pull(residuals, ins, outs, given))
 
     def vjp_from(
         self,
@@ -244,23 +290,38 @@ class Component:
         Waits for the result."""
         if not isinstance(residuals, Residuals) or residuals._owner is not self:
             raise ValueError("vjp_from takes the residuals of this component's apply_keep.")
+        if any(
+            a.is_deleted() for a in jax.tree.leaves(residuals._vjp_fn) if isinstance(a, jax.Array)
+        ):
+            raise ValueError(
+                "These residuals hold a deleted device buffer (an input array passed to "
+                "apply_keep was deleted or donated since); call apply_keep again."
+            )
         sig = residuals._signature
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
-        vectors = _vectors(sig, outs, cotangents, "output", "cotangent")
-        return jax.block_until_ready(self._pull(residuals, ins, outs, vectors))
+        given = vectors(sig, outs, cotangents, "output", "cotangent", self.casting)
+        return jax.block_until_ready(self._pull(residuals, ins, outs, given, "vjp_from"))
 
     def _pull(
-        self, residuals: Residuals, ins: Selection, outs: Selection, vectors: dict[int, Any]
+        self,
+        residuals: Residuals,
+        ins: Selection,
+        outs: Selection,
+        vectors: dict[int, Any],
+        endpoint: str = "vjp",
     ) -> dict[str, Any]:
         sig = residuals._signature
-        f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
+        f_ins, f_outs = inexact(ins, sig.diff_in), inexact(outs, sig.diff_out)
         grads: dict[int, Any] = {}
         if f_ins and f_outs:
             program = self._programs.backward(sig, f_ins, f_outs)
-            result = program(residuals._vjp_fn, tuple(vectors[o] for o in f_outs))
+            try:
+                result = program(residuals._vjp_fn, tuple(vectors[o] for o in f_outs))
+            except DERIVATIVE_ERRORS as error:  # e.g. lax.while_loop: no transpose
+                raise derivative_error(endpoint, {"rev": error}) from error
             grads = dict(zip(f_ins, result))
-        return _fill(ins, grads, sig.in_avals)
+        return fill(ins, grads, sig.in_avals)
 
     def jvp(
         self,
@@ -275,14 +336,17 @@ class Component:
         _, flat, sig = self._prepare(inputs, private=False)
         ins = sig.select(jvp_inputs, "input", "jvp input")
         outs = sig.select(jvp_outputs, "output", "jvp output")
-        vectors = _vectors(sig, ins, tangents, "input", "tangent")
-        f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
+        given = vectors(sig, ins, tangents, "input", "tangent", self.casting)
+        f_ins, f_outs = inexact(ins, sig.diff_in), inexact(outs, sig.diff_out)
         pushed: dict[int, Any] = {}
         if f_ins and f_outs:
             program = self._programs.jvp(sig, f_ins, f_outs)
-            result = program(self._params, flat.arrays, tuple(vectors[i] for i in f_ins))
+            try:
+                result = program(self._params, flat.arrays, tuple(given[i] for i in f_ins))
+            except DERIVATIVE_ERRORS as error:
+                raise derivative_error("jvp", {"fwd": error}) from error
             pushed = dict(zip(f_outs, result))
-        return jax.block_until_ready(_fill(outs, pushed, sig.out_avals))
+        return jax.block_until_ready(fill(outs, pushed, sig.out_avals))
 
     def jacobian(
         self,
@@ -299,14 +363,10 @@ class Component:
         _, flat, sig = self._prepare(inputs, private=False)
         ins = sig.select(jac_inputs, "input", "jacobian input")
         outs = sig.select(jac_outputs, "output", "jacobian output")
-        f_ins, f_outs = _inexact(ins, sig.diff_in), _inexact(outs, sig.diff_out)
+        f_ins, f_outs = inexact(ins, sig.diff_in), inexact(outs, sig.diff_out)
         blocks: dict[tuple[int, int], Any] = {}
         if f_ins and f_outs:
-            if mode == "auto":
-                n_in = sum(int(np.prod(sig.in_avals[i].shape)) for i in f_ins)
-                n_out = sum(int(np.prod(sig.out_avals[o].shape)) for o in f_outs)
-                mode = "fwd" if n_in <= n_out else "rev"
-            result = self._programs.jacobian(sig, f_ins, f_outs, mode)(self._params, flat.arrays)
+            result = self._jacobian(sig, f_ins, f_outs, mode, flat.arrays)
             for o, row in zip(f_outs, result):
                 for i, block in zip(f_ins, row):
                     blocks[(o, i)] = block
@@ -326,7 +386,9 @@ class Component:
         leaves of ``abstract_inputs`` are ``{"shape": [...], "dtype": "float32"}``,
         static leaves are values. Nothing is computed. **Returns** the outputs with
         ``{"shape": [...], "dtype": "..."}`` at every array leaf."""
-        flat = flatten_inputs(self._in_node, abstract_inputs, abstract=True)
+        if isinstance(abstract_inputs, Mapping):
+            check_given(self._in_node, abstract_inputs, extra=self.extra, casting=self.casting)
+        flat = flatten_inputs(self._in_node, abstract_inputs, abstract=True, casting=self.casting)
         sig = self._programs.signature(
             self._params, flat.structure, flat.arrays, flat.paths, flat.nodes
         )
@@ -335,14 +397,63 @@ class Component:
 
     # -- helpers -----------------------------------------------------------------
 
+    def _keep(self, sig: Signature, arrays: tuple[Any, ...], endpoint: str) -> tuple[Any, Any]:
+        """The forward pass under ``jax.vjp``: ``(output leaves, vjp function)``; a
+        `TypeError` naming ``endpoint`` when JAX cannot differentiate the function."""
+        known = self._no_residuals.get(sig.key)
+        if known is not None:
+            raise derivative_error(endpoint, {"rev": known})
+        try:
+            return self._programs.keep(sig)(self._params, arrays)
+        except DERIVATIVE_ERRORS as error:
+            raise derivative_error(endpoint, {"rev": error}) from error
+
+    def _remember(self, memo: dict[Any, Any], key: Any, value: Any) -> None:
+        """Note ``value`` under ``key`` in one of the per-signature memos, the oldest
+        dropped past 256 entries."""
+        with self._memo_lock:
+            memo[key] = value
+            while len(memo) > 256:
+                del memo[next(iter(memo))]
+
+    def _jacobian(
+        self, sig: Signature, ins: tuple[int, ...], outs: tuple[int, ...], mode: str, arrays: Any
+    ) -> Any:
+        """The Jacobian blocks by forward or reverse mode. Under ``"auto"``, the cheaper
+        mode by size is tried first and the other when JAX cannot differentiate the
+        function in it (a ``jax.custom_vjp`` function has no forward mode); the mode
+        that worked is remembered for this signature and selection."""
+        if mode == "auto":
+            remembered = self._jacobian_modes.get((sig.key, ins, outs))
+            n_in = sum(int(np.prod(sig.in_avals[i].shape)) for i in ins)
+            n_out = sum(int(np.prod(sig.out_avals[o].shape)) for o in outs)
+            order = ("fwd", "rev") if n_in <= n_out else ("rev", "fwd")
+            order = (remembered,) if remembered else order
+        else:
+            order = (mode,)
+        errors: dict[str, Exception] = {}
+        for tried in order:
+            try:
+                result = self._programs.jacobian(sig, ins, outs, tried)(self._params, arrays)
+            except DERIVATIVE_ERRORS as error:
+                errors[tried] = error
+                continue
+            if mode == "auto":
+                self._remember(self._jacobian_modes, (sig.key, ins, outs), tried)
+            return result
+        endpoint = f"jacobian (mode={mode!r})"
+        error = derivative_error(endpoint, errors)
+        raise error from errors[order[-1]]
+
     def _prepare(
         self, inputs: Any, private: bool = True, host: bool = False
     ) -> tuple[pydantic.BaseModel, FlatInputs, Signature]:
         if isinstance(inputs, self.input_model):
             model = inputs
         elif isinstance(inputs, Mapping):
+            check_given(self._in_node, inputs, extra=self.extra, casting=self.casting)
             try:
-                model = self.input_model.model_validate(inputs)
+                model = self.input_model.model_validate(inputs, context={"casting": self.casting})
             except pydantic.ValidationError as error:
                 raise validation_error(self._in_node, error) from None
         else:
@@ -356,86 +467,3 @@ class Component:
             self._params, flat.structure, flat.arrays, flat.paths, flat.nodes
         )
         return model, flat, sig
-
-
-def _inexact(selection: Selection, differentiable: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(i for i in selection.indices if i in differentiable)
-
-
-def _fill(selection: Selection, computed: dict[int, Any], avals: tuple[Any, ...]) -> dict[str, Any]:
-    """The result per requested path: computed arrays; zeros of the leaf's dtype for
-    an inexact leaf nothing flowed into; ``float0`` zeros for integer leaves."""
-    result: dict[str, Any] = {}
-    for path, i in selection.items:
-        if i in computed:
-            result[path] = computed[i]
-        elif jnp.issubdtype(avals[i].dtype, jnp.inexact):
-            result[path] = jnp.zeros(avals[i].shape, avals[i].dtype)
-        else:
-            result[path] = np.zeros(avals[i].shape, jax.dtypes.float0)
-    return result
-
-
-def _vectors(
-    sig: Signature, selection: Selection, given: Any, side: str, what: str
-) -> dict[int, Any]:
-    """Tangents or cotangents by leaf index, checked to match the selection exactly
-    (one per leaf, however its path is spelled) and to have the shape of the leaf
-    they address, cast to the leaf's dtype (a complex one for a real leaf is refused
-    rather than losing its imaginary part). They may share the caller's buffers: the
-    endpoint waits for its result."""
-    if not isinstance(given, Mapping):
-        raise ComponentInputError("", f"The {what}s must be a dict from path to array.")
-    by_path: dict[str, Any] = {}
-    spelled: dict[str, str] = {}
-    for key, value in given.items():
-        canonical = canonical_path(key, what=f"{what} path")
-        if canonical in by_path:
-            raise ComponentInputError(
-                key,
-                f"Two {what}s were given for one leaf: {spelled[canonical]!r} and {key!r} "
-                f"are the same path. Give it once.",
-            )
-        by_path[canonical], spelled[canonical] = value, key
-    paths = sig.in_paths if side == "input" else sig.out_paths
-    avals = sig.in_avals if side == "input" else sig.out_avals
-    wanted = {paths[i]: (name, i) for name, i in selection.items}
-    for path in by_path:
-        if path not in wanted:
-            raise ComponentInputError(
-                path, f"A {what} was given for {path!r}, which is not among the {side}s chosen."
-            )
-    vectors: dict[int, Any] = {}
-    for canonical, (name, i) in wanted.items():
-        if canonical not in by_path:
-            raise ComponentInputError(name, f"The {what} for {name!r} is missing.")
-        value = by_path[canonical]
-        if not isinstance(value, jax.Array):
-            try:
-                value = np.asarray(value)
-            except (TypeError, ValueError):
-                value = np.asarray(None)
-        if value.dtype != jax.dtypes.float0 and not (
-            np.issubdtype(value.dtype, np.number)
-            or value.dtype == np.bool_
-            or jnp.issubdtype(value.dtype, jnp.floating)
-        ):
-            raise ComponentInputError(name, f"The {what} for {name!r} must be a numeric array.")
-        if jnp.issubdtype(value.dtype, jnp.complexfloating) and not jnp.issubdtype(
-            avals[i].dtype, jnp.complexfloating
-        ):
-            raise ComponentInputError(
-                name,
-                f"The {what} for {name!r} is complex, but that {side} is real "
-                f"({np.dtype(avals[i].dtype).name}): casting would drop the imaginary part. "
-                f"Pass a real array (its .real, if that is what you mean).",
-            )
-        if tuple(value.shape) != tuple(avals[i].shape):
-            raise ComponentInputError(
-                name,
-                f"The {what} for {name!r} has shape {tuple(value.shape)}, expected "
-                f"{tuple(avals[i].shape)} (the shape of that {side}).",
-            )
-        if jnp.issubdtype(avals[i].dtype, jnp.inexact):
-            vectors[i] = to_device(value, avals[i].dtype, private=False)
-    return vectors

@@ -21,10 +21,11 @@ import jax.numpy as jnp
 
 from ._paths import ComponentInputError, canonical_paths
 from ._recompute import has_host_effects, residual_policy
-from ._schema import ArrayNode, ModelNode, is_inexact
+from ._schema import ArrayNode, LeafSpec, ModelNode, is_inexact, leaf_specs
 from ._tree import flatten_outputs, rebuild
+from ._unselectable import unselectable_reason
 
-__all__ = ["Programs", "Selection", "Signature"]
+__all__ = ["DERIVATIVE_ERRORS", "Programs", "Selection", "Signature", "derivative_error"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +47,8 @@ class Signature:
     out_paths: tuple[str, ...]
     out_nodes: tuple[ArrayNode, ...]
     out_avals: tuple[jax.ShapeDtypeStruct, ...]
+    in_specs: tuple[LeafSpec, ...] = ()
+    out_specs: tuple[LeafSpec, ...] = ()
 
     @property
     def diff_in(self) -> tuple[int, ...]:
@@ -58,8 +61,10 @@ class Signature:
     def select(self, paths: Any, side: str, what: str) -> Selection:
         """The leaves ``paths`` address on ``side`` ("input" or "output"), checked to
         exist and be differentiable; a `ComponentInputError` names the first bad one."""
-        names, nodes = (
-            (self.in_paths, self.in_nodes) if side == "input" else (self.out_paths, self.out_nodes)
+        names, nodes, specs, others = (
+            (self.in_paths, self.in_nodes, self.in_specs, self.out_paths)
+            if side == "input"
+            else (self.out_paths, self.out_nodes, self.out_specs, self.in_paths)
         )
         index = {p: i for i, p in enumerate(names)}
         chosen: list[tuple[str, int]] = []
@@ -69,7 +74,7 @@ class Signature:
                 listed = ", ".join(repr(p) for p in known[:12]) + (
                     ", ..." if len(known) > 12 else ""
                 )
-                reason = "is not differentiable" if canonical in index else f"is not an {side}"
+                reason = unselectable_reason(canonical, side, names, specs, others)
                 raise ComponentInputError(
                     given,
                     f"The {what} {given!r} {reason}. Differentiable {side} paths of this "
@@ -120,6 +125,8 @@ class Programs:
         self._residuals = residuals
         self._in_node = in_node
         self._out_node = out_node
+        self._in_specs = tuple(leaf_specs(in_node))
+        self._out_specs = tuple(leaf_specs(out_node))
         self._max = max_programs
         self._lock = threading.Lock()
         self._programs: OrderedDict[Any, Callable[..., Any]] = OrderedDict()
@@ -166,6 +173,8 @@ class Programs:
             tuple(out_paths),
             tuple(out_nodes),
             tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in out_avals),
+            self._in_specs,
+            self._out_specs,
         )
         with self._lock:
             self._signatures[key] = sig
@@ -292,3 +301,39 @@ class Programs:
             return jacobian
 
         return self._program(("jacobian", sig.key, ins, outs, mode), build)
+
+
+# -- refusals of the derivative endpoints ------------------------------------------
+
+# What JAX raises while tracing a derivative it has no rule for: a custom_vjp function
+# under forward mode (TypeError), a pure_callback under any derivative (ValueError), a
+# primitive without a differentiation rule (NotImplementedError).
+DERIVATIVE_ERRORS = (TypeError, ValueError, NotImplementedError)
+
+
+def derivative_error(endpoint: str, errors: dict[str, Exception]) -> TypeError:
+    """The refusal of ``Component.<endpoint>`` when JAX cannot differentiate the
+    function, by mode (``"fwd"``, ``"rev"``) with JAX's reason for each, and what to
+    use instead. `apply` still runs such a function."""
+    reasons = "; ".join(
+        f"in {'forward' if m == 'fwd' else 'reverse'} mode: {_first_line(e)}"
+        for m, e in errors.items()
+    )
+    only_reverse = "fwd" in errors and "rev" not in errors and "custom_vjp" in str(errors["fwd"])
+    if only_reverse:
+        advice = (
+            "The function defines only a reverse-mode rule (jax.custom_vjp), which forward "
+            "mode cannot use: call vjp, or jacobian with mode='rev' (or 'auto')."
+        )
+    else:
+        advice = (
+            "apply still runs it. Give the part without a derivative rule one "
+            "(jax.custom_jvp or jax.custom_vjp), or wrap its inputs in "
+            "jax.lax.stop_gradient when no derivative flows through it."
+        )
+    return TypeError(f"Component.{endpoint} cannot differentiate this function {reasons}. {advice}")
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0].rstrip(".")

@@ -109,7 +109,7 @@ def canonical_path(path: object, *, what: str = "path") -> str:
 
 def _malformed(path: str, what: str) -> str:
     return (
-        f"{what.capitalize()} {path!r} is not a path: write field names joined by '.', "
+        f"The {what} {path!r} is not a path: write field names joined by '.', "
         f"list indices as [0] and dict keys as [key] or [\"key\"], e.g. 'layers[0].w'."
     )
 

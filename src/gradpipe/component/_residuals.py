@@ -83,6 +83,12 @@ class _Entry:
     key: ContentKey
     residuals: Residuals
     nbytes: int
+    buffers: tuple[jax.Array, ...] = ()
+
+    def dead(self) -> bool:
+        """Whether a device buffer of the key or the residuals has been deleted (the
+        caller deleted or donated an input array it passed, which the key holds)."""
+        return any(a.is_deleted() for a in self.buffers)
 
 
 class ResidualCache:
@@ -111,13 +117,44 @@ class ResidualCache:
         self._hits = 0
         self._misses = 0
 
-    def _find(self, key: ContentKey) -> tuple[int, _Entry] | None:
+    def _kin(self, key: ContentKey) -> list[tuple[int, _Entry]]:
+        """The live entries of the same kind as ``key``. An entry whose key or residuals
+        hold a deleted buffer can never be read again: it is dropped here, so that a
+        cache never makes a call fail."""
         with self._lock:
-            candidates = [(n, e) for n, e in self._entries.items() if e.key.same_kind(key)]
+            kin = [(n, e) for n, e in self._entries.items() if e.key.same_kind(key)]
+            dead = [n for n, e in kin if e.dead()]
+            for serial in dead:
+                self._drop(serial)
+        return [(n, e) for n, e in kin if n not in dead]
+
+    def _drop(self, serial: int) -> None:
+        entry = self._entries.pop(serial, None)
+        if entry is not None:
+            self._nbytes -= entry.nbytes
+
+    def _matches(self, serial: int, entry: _Entry, test: Any) -> bool:
+        """``test(entry)``, or ``False`` (and the entry dropped) when a buffer it reads
+        was deleted meanwhile."""
+        try:
+            return bool(test(entry))
+        except RuntimeError:
+            if not entry.dead():
+                raise
+            with self._lock:
+                self._drop(serial)
+            return False
+
+    def _find(self, key: ContentKey) -> tuple[int, _Entry] | None:
+        candidates = self._kin(key)
         if len(candidates) > 1:  # the fingerprint narrows; only equality decides
-            candidates = [(n, e) for n, e in candidates if e.key.digest == key.digest]
+            candidates = [
+                (n, e)
+                for n, e in candidates
+                if self._matches(n, e, lambda e: e.key.digest == key.digest)
+            ]
         for serial, entry in candidates:
-            if entry.key == key:
+            if self._matches(serial, entry, lambda e: e.key == key):
                 return serial, entry
         return None
 
@@ -138,8 +175,7 @@ class ResidualCache:
         an opaque handle for `touch`; ``None`` when there is none. `Component.apply`
         asks before it runs the forward pass, so that the comparison does not compete
         with it, and then skips building residuals it would drop."""
-        with self._lock:
-            kin = [(n, e) for n, e in self._entries.items() if e.key.same_kind(key)]
+        kin = self._kin(key)
         # An entry of the same kind with equal NumPy leaves (compared exactly, on the
         # host) and the same fingerprint of its device leaves is almost surely this
         # input applied again: it is kept (and marked recently used) and the new
@@ -148,7 +184,8 @@ class ResidualCache:
         # the cost is a recomputation on the new input's next vjp, never a wrong
         # answer, since lookups compare exactly.
         for serial, entry in kin:
-            if entry.key.same_host(key) and entry.key.digest == key.digest:
+            same = lambda e: e.key.same_host(key) and e.key.digest == key.digest
+            if self._matches(serial, entry, same):
                 return serial
         return None
 
@@ -165,21 +202,22 @@ class ResidualCache:
     def put(self, key: ContentKey, residuals: Residuals, look: bool = True) -> bool:
         """Keep ``residuals`` under ``key``; whether the cache now holds residuals for
         ``key``'s input. With ``look=False`` the caller has already asked `twin`."""
-        held = {id(a) for a in _unique_arrays(residuals._vjp_fn)}
+        kept = _unique_arrays(residuals._vjp_fn)
+        held = {id(a) for a in kept}
         nbytes = residuals.nbytes + sum(a.nbytes for a in key.arrays if id(a) not in held)
+        buffers = tuple(kept) + tuple(a for a in key.arrays if isinstance(a, jax.Array))
         if nbytes > self.limits.max_bytes or self.limits.max_entries == 0:
             return False
         if look and self.touch(self.twin(key)):
             return True
         with self._lock:
             self._serial += 1
-            self._entries[self._serial] = _Entry(key, residuals, nbytes)
+            self._entries[self._serial] = _Entry(key, residuals, nbytes, buffers)
             self._nbytes += nbytes
             while (
                 len(self._entries) > self.limits.max_entries or self._nbytes > self.limits.max_bytes
             ):
-                _, dropped = self._entries.popitem(last=False)
-                self._nbytes -= dropped.nbytes
+                self._drop(next(iter(self._entries)))
         return True
 
     def clear(self) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import pydantic
 from pydantic_core import core_schema
 
+from ._casting import as_numbers, cast_problem, kind, kind_problem
 from ._paths import join_name
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
     "OptionalNode",
     "StaticNode",
     "build_node",
-    "can_cast",
     "is_inexact",
     "leaf_specs",
     "model_node",
@@ -48,39 +48,10 @@ __all__ = [
 
 # -- dtypes --------------------------------------------------------------------
 
-# The order in which a value may be cast up: bool -> unsigned -> signed -> float ->
-# complex. A cast down the order (float to int) would lose information silently.
-_KIND_RANK = {"b": 0, "u": 1, "i": 2, "f": 3, "c": 4}
-
-
-def _kind(dtype: np.dtype) -> str | None:
-    if dtype == np.bool_:
-        return "b"
-    for kind, abstract in (("u", np.unsignedinteger), ("i", np.signedinteger)):
-        if np.issubdtype(dtype, abstract):
-            return kind
-    if jax.numpy.issubdtype(dtype, jax.numpy.floating):
-        return "f"
-    if np.issubdtype(dtype, np.complexfloating):
-        return "c"
-    return None
-
-
-def can_cast(src: np.dtype, dst: np.dtype) -> bool:
-    """Whether a value of dtype ``src`` may be cast to ``dst`` on input."""
-    if src == dst:
-        return True
-    a, b = _kind(src), _kind(dst)
-    if a is None or b is None:
-        return False
-    if a == "i" and b == "u":
-        return False
-    return _KIND_RANK[a] <= _KIND_RANK[b]
-
 
 def is_inexact(dtype: np.dtype) -> bool:
     """Whether arrays of ``dtype`` have non-trivial tangents (floats and complex)."""
-    return _kind(np.dtype(dtype)) in ("f", "c")
+    return kind(np.dtype(dtype)) in ("f", "c")
 
 
 # -- Array ---------------------------------------------------------------------
@@ -100,7 +71,7 @@ class ArraySpec:
             raise TypeError(
                 f"Array[...] needs a NumPy dtype such as np.float32, got {dtype!r}."
             ) from None
-        if _kind(self.dtype) is None:
+        if kind(self.dtype) is None:
             raise TypeError(f"Array[...] needs a numeric or bool dtype, got {self.dtype}.")
         if shape is Ellipsis:
             shape = (...,)
@@ -137,48 +108,67 @@ class ArraySpec:
             pairs = list(zip(spec, shape))
         return all(s is None or s == n for s, n in pairs)
 
-    def check(self, shape: tuple[int, ...], dtype: np.dtype) -> str | None:
-        """Why an array of ``shape`` and ``dtype`` does not fit, or ``None``."""
-        if not can_cast(np.dtype(dtype), self.dtype):
-            return f"expected dtype {self.dtype.name} (or one that casts to it), got {dtype}"
+    def check(
+        self, shape: tuple[int, ...], dtype: np.dtype, casting: str = "checked"
+    ) -> str | None:
+        """Why an array of ``shape`` and ``dtype`` does not fit (looking at the dtype
+        alone, not the values), or ``None``."""
+        problem = kind_problem(np.dtype(dtype), self.dtype, casting)
+        if problem:
+            return problem
         if not self.shape_matches(tuple(shape)):
             return f"expected shape {self.shape_text()}, got {tuple(shape)}"
         return None
 
-    def validate(self, value: Any) -> Any:
+    def validate(self, value: Any, casting: str = "checked") -> Any:
         """``value`` as an array of this dtype: JAX arrays stay JAX arrays (cast on
-        their device), anything else becomes a NumPy array. Integers this dtype
-        cannot hold are refused rather than wrapped around."""
+        their device), anything else becomes a NumPy array. A cast that would change
+        a value is refused under ``casting="checked"`` (see `gradpipe.component`'s
+        casting rules): integers that do not fit, finite floats that would become
+        ``inf``, floats to integers, complex to real, bool to numbers."""
         if isinstance(value, jax.core.Tracer):
             raise ValueError(
                 "got a JAX tracer; component endpoints take concrete arrays. Call the "
                 "component's function directly inside jit/grad."
             )
+        if value is None:
+            raise ValueError(f"expected an array of {self.dtype.name}, got None")
+        if isinstance(value, jax.Array) and value.is_deleted():
+            raise ValueError(
+                "the JAX array was deleted (or donated to a jitted function); pass a live array"
+            )
         if not isinstance(value, jax.Array):
             try:
-                value = np.asarray(value)
+                value = as_numbers(value) if casting == "checked" else np.asarray(value)
             except (ValueError, TypeError) as error:
                 raise ValueError(f"expected an array of {self.dtype.name}: {error}") from None
-        problem = self.check(value.shape, value.dtype)
+        problem = self.check(value.shape, value.dtype, casting)
         if problem:
             raise ValueError(problem)
         if value.dtype != self.dtype:
-            _check_integer_range(value, self.dtype)
-            value = value.astype(self.dtype)
+            problem = cast_problem(value, self.dtype, casting)
+            if problem:
+                raise ValueError(problem)
+            with np.errstate(all="ignore"):
+                value = value.astype(self.dtype)
         return value
+
+    def _validate_with_context(self, value: Any, info: Any) -> Any:
+        context = info.context if isinstance(info.context, dict) else {}
+        return self.validate(value, context.get("casting", "checked"))
 
     # pydantic hooks: validation is a plain function; JSON schema describes nested
     # lists of numbers with the dtype and shape as extension keys.
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        return core_schema.no_info_plain_validator_function(
-            self.validate,
+        return core_schema.with_info_plain_validator_function(
+            self._validate_with_context,
             serialization=core_schema.plain_serializer_function_ser_schema(
                 _serialize_array, info_arg=True
             ),
         )
 
     def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
-        number = {"b": "boolean", "u": "integer", "i": "integer"}.get(_kind(self.dtype), "number")
+        number = {"b": "boolean", "u": "integer", "i": "integer"}.get(kind(self.dtype), "number")
         js: dict[str, Any] = {"type": number}
         if ... not in self.shape:
             for size in reversed(self.shape):
@@ -192,20 +182,6 @@ class ArraySpec:
         return js
 
 
-def _check_integer_range(value: Any, dtype: np.dtype) -> None:
-    """Refuse integers that ``dtype`` cannot hold: a cast to a narrower integer type
-    (a Python list of ints is int64; ``uint8`` image data) wraps them around."""
-    if _kind(dtype) not in ("u", "i") or np.can_cast(value.dtype, dtype) or not value.size:
-        return
-    info = np.iinfo(dtype)
-    low, high = int(value.min()), int(value.max())
-    if low < info.min or high > info.max:
-        raise ValueError(
-            f"values from {low} to {high} do not fit in {dtype.name} ({info.min} to "
-            f"{info.max}); a cast would wrap them around"
-        )
-
-
 def _serialize_array(value: Any, info: Any) -> Any:
     return np.asarray(value).tolist() if info.mode == "json" else value
 
@@ -216,10 +192,12 @@ class Array:
     ``dtype`` is a NumPy dtype (``np.float32``, ``"int32"``...); ``shape`` a tuple of
     sizes with ``None`` for any size and at most one ``...`` for any number of axes,
     or ``...`` alone for any shape; ``()`` is a scalar. Values are validated and cast
-    up to ``dtype`` (``int`` to ``float`` is accepted, ``float`` to ``int`` is not):
-    NumPy arrays, nested lists and numbers become NumPy arrays, JAX arrays stay on
-    their device. Array fields are traced (a new value does not recompile); wrap
-    them in `Differentiable` to take derivatives with respect to them.
+    to ``dtype`` only when the cast keeps every value (``int`` to ``float`` is
+    accepted, ``float`` to ``int``, ``1e40`` to ``float32`` and ``-1`` to ``uint8``
+    are not; see the casting table of the components guide): NumPy arrays, nested
+    lists and numbers become NumPy arrays, JAX arrays stay on their device. Array
+    fields are traced (a new value does not recompile); wrap them in `Differentiable`
+    to take derivatives with respect to them.
     """
 
     def __class_getitem__(cls, params: Any) -> Any:
@@ -254,7 +232,7 @@ class Differentiable:
         spec = _array_spec(item)
         if spec is None:
             raise TypeError(f"Differentiable[...] takes an Array[...] type, got {item!r}.")
-        if _kind(spec.dtype) == "c":
+        if kind(spec.dtype) == "c":
             raise TypeError(
                 f"Differentiable[...] supports real and integer dtypes, not {spec.dtype}: "
                 f"split a complex array into real and imaginary fields."

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
+from ._casting import cast_problem
 from ._keys import StaticValue
 from ._paths import ComponentInputError, join_index, join_key, join_name
 from ._schema import ArrayNode, DictNode, ListNode, ModelNode, Node, OptionalNode, StaticNode
@@ -61,6 +62,7 @@ def flatten_inputs(
     abstract: bool = False,
     private: bool = True,
     host: bool = False,
+    casting: str = "checked",
 ) -> FlatInputs:
     """Flatten a validated input model along ``node``.
 
@@ -89,7 +91,7 @@ def flatten_inputs(
             if problem:
                 raise ComponentInputError(path, f"Input {path!r}: {problem}.")
             if abstract:
-                array = _abstract_array(node, value, path)
+                array = _abstract_array(node, value, path, casting)
             elif host and not isinstance(value, jax.Array):
                 array = np.asarray(value, dtype=node.spec.dtype)
             else:
@@ -197,7 +199,7 @@ def _field(node: ModelNode, value: Mapping[str, Any], name: str, path: str) -> A
     return info.get_default(call_default_factory=True)
 
 
-def _abstract_array(node: ArrayNode, value: Any, path: str) -> jax.ShapeDtypeStruct:
+def _abstract_array(node: ArrayNode, value: Any, path: str, casting: str) -> jax.ShapeDtypeStruct:
     if isinstance(value, Mapping) and set(value) == {"shape", "dtype"}:
         shape, dtype = value["shape"], value["dtype"]
     elif hasattr(value, "shape") and hasattr(value, "dtype"):
@@ -224,7 +226,7 @@ def _abstract_array(node: ArrayNode, value: Any, path: str) -> jax.ShapeDtypeStr
             path,
             f"Abstract input {path!r} needs a list of non-negative ints as shape and a dtype name.",
         ) from None
-    problem = node.spec.check(shape, dtype)
+    problem = node.spec.check(shape, dtype, casting)
     if problem:
         raise ComponentInputError(path, f"Abstract input {path!r}: {problem}.")
     return jax.ShapeDtypeStruct(shape, node.spec.dtype)
@@ -263,6 +265,13 @@ def flatten_outputs(
         if isinstance(node, OptionalNode):
             return None if value is None else walk(node.inner, value, path)
         if isinstance(node, ArrayNode):
+            if isinstance(value, bool | int | float | complex):
+                # jax.jit returns a Python number as an array: so does a component,
+                # when the number keeps its value in the declared dtype.
+                problem = cast_problem(np.asarray(value), node.spec.dtype)
+                if problem:
+                    raise TypeError(f"{where} is the Python number {value!r}: {problem}.")
+                value = jnp.asarray(value, node.spec.dtype)
             if not hasattr(value, "shape") or not hasattr(value, "dtype"):
                 raise TypeError(f"{where} must be an array, got {type(value).__name__}.")
             problem = x64_problem(node.spec.dtype)

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from gradpipe.component._casting import cast_numbers
+
 from ._msgpack import pack_pieces, unpack
 
 __all__ = [
@@ -202,7 +204,9 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
     encoding, buffer = data["encoding"], data["buffer"]
     if encoding == "json" and dtype_name != "float0":
         try:
-            array = np.asarray(buffer, dtype=dtype)
+            # JSON numbers become the declared dtype only when no value changes
+            # (1.5 for int32, 1e40 for float32, true for a number, "1.5" are refused).
+            array = cast_numbers(buffer, dtype)
         except (TypeError, ValueError, OverflowError) as exc:
             message = f"the json buffer is not a {dtype_name} array: {exc}"
             raise PayloadError(message, path) from None
