@@ -106,9 +106,12 @@ class DiskArrayType(_hx.HiType):
             h = int(h)
         return DiskArray._from_handle(h, self.shape, self.dtype)
 
-    # autodiff: a DiskArray's tangent is a DiskArray of the same type
+    # autodiff: a float DiskArray's tangent is a DiskArray of the same type; an int or
+    # bool one's is JAX's float0 (no gradient), as for in-memory ints
     def to_tangent_aval(self):
-        return self
+        if is_differentiable(self.dtype):
+            return self
+        return _hx.ShapedArray(self.shape, jax.dtypes.float0)
 
     def vspace_zero(self):
         return DiskArray(None, self.shape, self.dtype, _handles.ZERO_HANDLE)
@@ -173,7 +176,13 @@ def _refuse_read(what: str):
     )
 
 
-_hx.register_hitype(DiskArray, lambda x: DiskArrayType(x.shape, x.dtype))
+def _type_of_value(x: DiskArray) -> DiskArrayType:
+    if not is_differentiable(x.dtype):
+        _refusals.refuse_int_grad_input(x)
+    return DiskArrayType(x.shape, x.dtype)
+
+
+_hx.register_hitype(DiskArray, _type_of_value)
 
 
 def type_of(x) -> DiskArrayType | None:
@@ -284,7 +293,8 @@ class OocPrim(_Refusals, _PrimBase):
     def vjp_bwd_retval(self, res, g):
         args, out = res
         wants = getattr(self, "_wants", (True,) * len(self.in_avals))
-        if isinstance(g, _hx.Zero):
+        if isinstance(g, _hx.Zero) or not is_differentiable(self.out_aval.dtype):
+            # an int or bool output has no gradient (JAX's float0 cotangent)
             return tuple(_zero_like(t) for t in self.in_avals)
         if type_of(g) is None:  # a 0-d cotangent (jax.vjp takes a Python number too)
             g = jnp.asarray(g, self.out_aval.dtype)
@@ -296,7 +306,8 @@ class OocPrim(_Refusals, _PrimBase):
                 gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals)
             )
         prim = OocBackwardPrim(self.op, self.budget, self.in_avals, self.consts, _in_type(g), wants)
-        return tuple(prim(*args, out, g))
+        grads = prim(*args, out, g)
+        return tuple(gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals))
 
     def dce(self, used_outs, *live_ins):
         if getattr(self.op, "has_side_effect", False):
@@ -364,6 +375,8 @@ def current_backward_of():
 
 def _zero_like(t):
     if isinstance(t, DiskArrayType):
+        if not is_differentiable(t.dtype):  # float0: JAX's no-gradient type
+            return np.zeros(t.shape, jax.dtypes.float0)
         return t.vspace_zero()
     return jnp.zeros((), t.dtype)
 
