@@ -72,7 +72,7 @@ class Sum(_Reduction):
     def output_dtype(self, dx):
         return np.sum(np.zeros(1, dx)).dtype
 
-    def _accumulator(self, dx) -> np.dtype:
+    def accumulator_dtype(self, dx) -> np.dtype:
         out = np.dtype(self.output_dtype(dx))
         return np.dtype(np.float32) if out == np.float16 else out
 
@@ -80,7 +80,9 @@ class Sum(_Reduction):
         return block
 
     def forward_block(self, x):
-        return np.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self._accumulator(x.dtype))
+        return np.sum(
+            x, axis=self.axes, keepdims=self.keepdims, dtype=self.accumulator_dtype(x.dtype)
+        )
 
     def finish(self, acc):
         return self._scale(acc)
