@@ -223,8 +223,56 @@ class DiskArray:
         where = self.path if _is_concrete(self._handle) else "traced"
         return f"DiskArray(shape={self.shape}, dtype={self.dtype}, file={where!r})"
 
+    # -- Python protocols: NumPy's answers, or a refusal (never identity by accident)
+
     def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DiskArray (it has no length).")
         return self.shape[0]
+
+    def __iter__(self):
+        """Rows, one `DiskArray` each (as NumPy iterates over the first axis)."""
+        n = len(self)  # a 0-d array refuses, as NumPy's does
+        return (self[i] for i in range(n))
+
+    def __contains__(self, value):
+        raise TypeError(
+            "`value in DiskArray` is not supported (Python would compare rows by identity). "
+            "Use ooc.max(ooc.equal(x, value)) for whether any element equals value."
+        )
+
+    def _scalar(self, kind):
+        if self.size != 1:
+            if kind is bool:
+                raise ValueError(
+                    f"The truth value of a DiskArray of shape {self.shape} is ambiguous "
+                    "(as for a NumPy array). Reduce it first: ooc.max(x) or ooc.sum(x)."
+                )
+            raise TypeError(
+                f"only size-1 DiskArrays can be converted to Python scalars, got shape "
+                f"{self.shape}."
+            )
+        return kind(self._concrete_file(f"{kind.__name__}()").read(None).reshape(()).item())
+
+    def __bool__(self) -> bool:
+        return self._scalar(bool)
+
+    def __float__(self) -> float:
+        return self._scalar(float)
+
+    def __int__(self) -> int:
+        return self._scalar(int)
+
+    def __complex__(self) -> complex:
+        return self._scalar(complex)
+
+    def __eq__(self, other):
+        return _identity_or_refuse(self, other, "==", "equal")
+
+    def __ne__(self, other):
+        return not _identity_or_refuse(self, other, "!=", "not_equal")
+
+    __hash__ = object.__hash__  # by identity, as before; `==` agrees with it
 
     # -- operations (thin forwards to gradpipe.ooc.ops) --------------------------
 
@@ -257,6 +305,21 @@ class DiskArray:
 # ---------------------------------------------------------------- helpers
 
 
+def _identity_or_refuse(x, other, symbol: str, op: str) -> bool:
+    """``x == x`` is True (containers and dicts rely on it); anything else is refused.
+
+    NumPy and JAX compare elementwise, so ``X == Y`` or ``X == 0.0`` giving one Python
+    bool would be a silent wrong answer; `ooc.equal` is the elementwise comparison.
+    """
+    if other is x:
+        return True
+    raise TypeError(
+        f"`{symbol}` on a DiskArray is not elementwise (it would compare identity and give "
+        f"one Python bool). Use ooc.{op}(x, y) for the elementwise comparison, or `x is y` "
+        "for identity."
+    )
+
+
 def _new_file(shape, dtype, path, page_shape, budget) -> PagedFile:
     shape = tuple(int(n) for n in shape)
     dtype = np.dtype(dtype)
@@ -273,3 +336,28 @@ def _row_chunks(f: PagedFile):
     step = f.page_shape[0]
     for start in range(0, f.shape[0], step):
         yield (slice(start, min(start + step, f.shape[0])), *(slice(0, n) for n in f.shape[1:]))
+
+
+# `DiskArrayType` methods: what `==`, `!=`, `bool()` and `len()` do to a traced DiskArray
+
+
+def _traced_eq(aval, x, other):
+    return _identity_or_refuse(x, other, "==", "equal")
+
+
+def _traced_ne(aval, x, other):
+    return not _identity_or_refuse(x, other, "!=", "not_equal")
+
+
+def _traced_bool(aval, x):
+    raise TypeError(
+        f"bool() of a traced DiskArray{list(aval.shape)}: its values are not known while "
+        "JAX traces (inside jax.jit/grad). Use lax.cond on a 0-d result, or return the "
+        "array and test it outside."
+    )
+
+
+def _traced_len(aval, x):
+    if not aval.shape:
+        raise TypeError("len() of a 0-d DiskArray (it has no length).")
+    return aval.shape[0]

@@ -28,7 +28,15 @@ import numpy as np
 from jax.experimental import hijax as _hx
 
 from . import _handles, _refusals
-from ._array import DiskArray, _forward, _is_concrete
+from ._array import (
+    DiskArray,
+    _forward,
+    _is_concrete,
+    _traced_bool,
+    _traced_eq,
+    _traced_len,
+    _traced_ne,
+)
 from ._budget import MemoryBudget
 from ._driver import Driver
 from ._host import run_on_host
@@ -66,8 +74,17 @@ class DiskArrayType(_hx.HiType):
         self.dtype = np.dtype(dtype)
 
     ndim = property(lambda self: len(self.shape))
-    # jax 0.10 reads the manual-axis type of scan carries; a handle has the plain one
-    mat = property(lambda self: getattr(self.lo_ty()[0], "mat", None))
+
+    @property
+    def size(self) -> int:
+        """The number of elements (JAX's ``bool(tracer)`` check reads it)."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def mat(self):
+        """The manual-axis type JAX 0.10 reads from scan carries: the handle's (plain)."""
+        return getattr(self.lo_ty()[0], "mat", None)
+
     weak_type = False
     is_disk_array = True  # how `_host` tells it from a 0-d ShapedArray
 
@@ -137,6 +154,7 @@ class DiskArrayType(_hx.HiType):
 
     # shard_map / pmap
     def shard(self, *args, **kwargs):
+        """Refused: a DiskArray cannot be sharded (shard_map, pmap)."""
         _refusals.refuse_sharding(f"a DiskArray{list(self.shape)} cannot be sharded")
 
     unshard = nospec = shard
@@ -159,6 +177,9 @@ class DiskArrayType(_hx.HiType):
     _ge = _traced("greater_equal")
     _pow = _traced("power")
     _getitem = _traced("getitem")
+
+    # ==, !=, bool() and len() of a traced DiskArray: as for a concrete one
+    _eq, _ne, _bool, _len = _traced_eq, _traced_ne, _traced_bool, _traced_len
     to_numpy = _hx.aval_method(lambda self, *a, **k: _refuse_read("to_numpy()"))
     save = _hx.aval_method(lambda self, *a, **k: _refuse_read("save()"))
     T = _hx.aval_property(_forward("transpose"))

@@ -17,13 +17,24 @@ __all__ = ["Max", "Mean", "Sum", "max", "mean", "sum"]
 def _norm_axes(axis, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+
+    def is_int(a):
+        return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+
+    if is_int(axis):
+        axes = (int(axis),)
+    elif isinstance(axis, (tuple, list)) and all(is_int(a) for a in axis):
+        axes = tuple(int(a) for a in axis)
+    else:
+        raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}.")
     out = []
     for a in axes:
         if not -ndim <= a < ndim:
             raise ValueError(f"axis {a} is out of range for an array of {ndim} dimensions.")
         out.append(a % ndim)
-    return tuple(sorted(set(out)))
+    if len(set(out)) != len(out):
+        raise ValueError(f"duplicate value in axis {axis!r} (as NumPy refuses).")
+    return tuple(sorted(out))
 
 
 @frozen
