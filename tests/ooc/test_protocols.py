@@ -133,3 +133,20 @@ def test_augmented_assignment_makes_a_new_array_as_for_jax_arrays():
     assert alias is not a
     np.testing.assert_array_equal(a.to_numpy(), A)
     np.testing.assert_array_equal(alias.to_numpy(), A + 1)
+
+
+def test_numpy_reductions_reach_the_out_of_core_ones():
+    """np.sum(x) calls x.sum(axis=None, dtype=None, out=None): that was a TypeError."""
+    a = _disk()
+    assert float(np.sum(a)) == A.sum() and float(np.mean(a)) == A.mean()
+    assert float(np.max(a)) == A.max()
+    np.testing.assert_array_equal(np.sum(a, axis=0).to_numpy(), A.sum(0))
+    got = np.max(a, axis=1, keepdims=True)
+    assert isinstance(got, ooc.DiskArray) and got.shape == (3, 1)
+    half = np.sum(a, axis=1, dtype=np.float16, keepdims=True)
+    assert half.dtype == np.sum(A, axis=1, dtype=np.float16, keepdims=True).dtype
+    with pytest.raises(TypeError, match="does not take out"):
+        np.sum(a, out=np.zeros(()))
+    with pytest.raises(TypeError, match="does not take where"):
+        np.mean(a, where=A > 1)
+    assert jax.jit(lambda x: x.sum(0, keepdims=True))(a).shape == (1, 4)

@@ -37,6 +37,27 @@ def _forward(name: str, *, reflected: bool = False):
     return method
 
 
+def _reduction(name: str):
+    """``x.sum(...)`` & co., with the arguments `np.sum(x)` & co. pass (``dtype``, ``out``)."""
+
+    def method(self, axis=None, dtype=None, out=None, keepdims=False, *, budget=None, **other):
+        from . import ops
+
+        if out is not None or other:
+            given = ["out"] * (out is not None) + sorted(other)
+            raise TypeError(
+                f"DiskArray.{name}() does not take {', '.join(given)} (results are new "
+                f"arrays, over whole axes). Call ooc.{name}(x, axis, keepdims)."
+            )
+        if dtype is not None:  # NumPy's `dtype=`: accumulate in that dtype
+            self = ops.astype(self, dtype, budget=budget)
+        return getattr(ops, name)(self, axis, keepdims, budget=budget)
+
+    method.__name__ = name
+    method.__doc__ = f"See `gradpipe.ooc.{name}` (``dtype=`` converts first, as NumPy's)."
+    return method
+
+
 class DiskArray:
     """An array on disk that `gradpipe.ooc` operations read and write tile by tile.
 
@@ -295,9 +316,9 @@ class DiskArray:
     __pow__ = _forward("power")
     __getitem__ = _forward("getitem")
     T = property(_forward("transpose"))
-    sum = _forward("sum")
-    mean = _forward("mean")
-    max = _forward("max")
+    sum = _reduction("sum")
+    mean = _reduction("mean")
+    max = _reduction("max")
     astype = _forward("astype")
     update_ = _forward("update_")
 

@@ -32,6 +32,7 @@ from ._array import (
     DiskArray,
     _forward,
     _is_concrete,
+    _reduction,
     _traced_bool,
     _traced_eq,
     _traced_len,
@@ -184,9 +185,9 @@ class DiskArrayType(_hx.HiType):
     save = _hx.aval_method(lambda self, *a, **k: _refuse_read("save()"))
     T = _hx.aval_property(_forward("transpose"))
     update_ = _hx.aval_method(_forward("update_"))
-    sum = _hx.aval_method(_forward("sum"))
-    mean = _hx.aval_method(_forward("mean"))
-    max = _hx.aval_method(_forward("max"))
+    sum = _hx.aval_method(_reduction("sum"))
+    mean = _hx.aval_method(_reduction("mean"))
+    max = _hx.aval_method(_reduction("max"))
     astype = _hx.aval_method(_forward("astype"))
 
 
