@@ -150,3 +150,34 @@ def test_numpy_reductions_reach_the_out_of_core_ones():
     with pytest.raises(TypeError, match="does not take where"):
         np.mean(a, where=A > 1)
     assert jax.jit(lambda x: x.sum(0, keepdims=True))(a).shape == (1, 4)
+
+
+def test_deepcopy_is_an_independent_copy(tmp_path):
+    """A deepcopy shared the file descriptor: once the original was collected, the
+    copy read whatever file reused that descriptor, silently."""
+    import gc
+
+    a = _disk()
+    c = copy.deepcopy(a)
+    assert c.path != a.path
+    del a
+    gc.collect()
+    other = ooc.DiskArray.from_numpy(A * 10)  # may reuse the descriptor
+    np.testing.assert_array_equal(c.to_numpy(), A)
+    np.testing.assert_array_equal((c + 0.0).to_numpy(), A)
+    named = ooc.DiskArray.from_numpy(A, path=tmp_path / "w.gpa")
+    twin = copy.deepcopy(named)
+    twin = ooc.update_(twin, 0.0)  # writing the copy leaves the original alone
+    np.testing.assert_array_equal(named.to_numpy(), A)
+    assert not twin.to_numpy().any() and other.shape == A.shape
+
+
+def test_pickle_reopens_named_files_and_refuses_scratch_ones(tmp_path):
+    import pickle
+
+    with pytest.raises(TypeError, match=r"Save it first \(x\.save\(path\)\)"):
+        pickle.dumps(_disk())
+    named = _disk().save(tmp_path / "x.gpa")
+    back = pickle.loads(pickle.dumps(named))
+    assert back.path == named.path
+    np.testing.assert_array_equal(back.to_numpy(), A)

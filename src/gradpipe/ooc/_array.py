@@ -230,7 +230,10 @@ class DiskArray:
 
     def save(self, path: str | os.PathLike) -> DiskArray:
         """Copy to a named file (written under a temporary name, then renamed)."""
-        src = self._concrete_file("save()")
+        return self._copy(path, "save()")
+
+    def _copy(self, path, what: str) -> DiskArray:
+        src = self._concrete_file(what)
         f = PagedFile.create(self.shape, self.dtype, src.page_shape, path=path)
         try:
             for r in _row_chunks(f):
@@ -239,6 +242,28 @@ class DiskArray:
             f.discard()
             raise
         return DiskArray._wrap(f.commit())
+
+    def __copy__(self) -> DiskArray:
+        """Another `DiskArray` on the same file (a view, as `update_` shows)."""
+        return DiskArray(self._file, self.shape, self.dtype, self._handle)
+
+    def __deepcopy__(self, memo) -> DiskArray:
+        """An independent copy in a new scratch file (as NumPy's deepcopy copies data);
+        a read-only constant (an all-zero or constant gradient) is returned as is."""
+        if _is_concrete(self._handle) and not isinstance(self._file, PagedFile):
+            return self
+        return self._copy(None, "deepcopy()")
+
+    def __reduce__(self):
+        """Pickled as its path, reopened on load; a scratch file has no lasting path."""
+        f = self._concrete_file("pickling")
+        if not isinstance(f, PagedFile) or f.is_scratch or f.path is None:
+            raise TypeError(
+                f"cannot pickle a scratch DiskArray{list(self.shape)}: its file is deleted "
+                "when it is collected or the process ends. Save it first (x.save(path)) "
+                "and pickle that: it is reopened from its path when loaded."
+            )
+        return (_reopen, (f.path, f.writable))
 
     def __repr__(self) -> str:
         where = self.path if _is_concrete(self._handle) else "traced"
@@ -324,6 +349,10 @@ class DiskArray:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _reopen(path: str, writable: bool) -> DiskArray:
+    return DiskArray.open(path, writable=writable)
 
 
 def _identity_or_refuse(x, other, symbol: str, op: str) -> bool:
