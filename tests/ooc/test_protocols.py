@@ -181,3 +181,17 @@ def test_pickle_reopens_named_files_and_refuses_scratch_ones(tmp_path):
     back = pickle.loads(pickle.dumps(named))
     assert back.path == named.path
     np.testing.assert_array_equal(back.to_numpy(), A)
+
+
+def test_big_endian_data_is_stored_in_native_order():
+    """`>f4` data was kept as `>f4`: a DiskArray type of its own, whose gradient came
+    back as native float32 (not its primal's dtype, `>f4`)."""
+    big = A.astype(">f4")
+    x = ooc.DiskArray.from_numpy(big)
+    assert x.dtype == np.float32 and x.dtype.isnative
+    np.testing.assert_array_equal(x.to_numpy(), A)
+    g = jax.grad(lambda x: ooc.sum(x * x))(x)
+    assert g.dtype == x.dtype
+    np.testing.assert_array_equal(g.to_numpy(), 2 * A)
+    assert ooc.DiskArray.zeros((2,), ">i4").dtype == np.int32
+    assert x.astype(">f8").dtype == np.float64 and x.astype(">f8").dtype.isnative

@@ -372,7 +372,9 @@ def _identity_or_refuse(x, other, symbol: str, op: str) -> bool:
 
 def _new_file(shape, dtype, path, page_shape, budget) -> PagedFile:
     shape = tuple(int(n) for n in shape)
-    dtype = np.dtype(dtype)
+    # stored in native byte order, as JAX holds values: a big-endian ``>f4`` array is
+    # float32 (one compilation, and gradients in the dtype other float32 arrays get)
+    dtype = np.dtype(dtype).newbyteorder("=")
     if page_shape is None:
         page_shape = default_page_shape(shape, dtype.itemsize, get_budget(budget))
     return PagedFile.create(shape, dtype, page_shape, path=path)

@@ -280,7 +280,7 @@ def astype(x, dtype, *, budget=None):
     for a real ``x``, as in JAX); a conversion to an integer or bool dtype passes no
     gradient.
     """
-    dtype, t = np.dtype(dtype), type_of(x)
+    dtype, t = np.dtype(dtype).newbyteorder("="), type_of(x)  # stored native, as JAX
     check_layout((), dtype, "astype")
     if t is not None and t.dtype.kind == "c" and dtype.kind != "c":
         warnings.warn(
