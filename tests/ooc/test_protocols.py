@@ -58,6 +58,8 @@ def test_truth_value_and_scalar_conversions_follow_numpy():
     zero = ooc.DiskArray.from_numpy(np.array(0.0, np.float32))
     one = ooc.DiskArray.from_numpy(np.array([[2.5]], np.float32))
     assert bool(zero) is False and bool(one) is True
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(ooc.DiskArray.zeros((0, 3)))  # NumPy 2 refuses an empty array too
     assert float(one) == 2.5 and int(one) == 2 and complex(one) == 2.5
     for convert in (float, int, complex):
         with pytest.raises(TypeError, match="size-1"):
