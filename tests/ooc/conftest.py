@@ -3,6 +3,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ def scratch_root():
     ooc.set_scratch_dir(root)
     yield root
     _handles.sweep()
+    eqx.clear_caches()  # eqx.filter_jit's wrappers hold the functions they compiled
     jax.clear_caches()  # compiled programs hold the DiskArrays they closed over
     gc.collect()
     leftovers = [p for p in root.rglob("*") if p.is_file()]

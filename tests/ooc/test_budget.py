@@ -122,3 +122,19 @@ def test_peak_rss_stays_within_budget_plus_constant(tmp_path):
     assert r["finite"]
     assert r["data"] >= 5 * r["budget"]  # a problem several times the budget
     assert r["over"] <= r["budget"] + r["const"], r
+
+
+@pytest.mark.parametrize("op_name", ["sum", "mean"])
+def test_plan_counts_a_float16_sum_accumulator_at_float32(op_name):
+    """float16 sums accumulate in float32: the partial, combined and written tiles are
+    4 bytes an element, and the chosen tile must fit the budget at that size."""
+    from gradpipe.ooc.ops._reduce import Mean, Sum
+
+    op = (Sum if op_name == "sum" else Mean)((1,), False)
+    budget = ooc.MemoryBudget("1MiB")
+    x = _Shape((2**20, 2), np.float16)
+    rows, cols = Driver(budget)._plan(op, [x], "forward")[2]
+    assert op.accumulator_dtype(x.dtype) == np.float32
+    assert 2 * (rows * cols * 2) + 3 * (rows * 4) <= budget.nbytes
+    # and the plan is not needlessly thin
+    assert rows >= 2**14

@@ -524,25 +524,41 @@ def test_mixed_precision_gradients_have_each_primals_dtype(tiny_budget, ta, tb):
         assert (gh.dtype, ga.dtype) == (np.float16, np.float32)
 
 
-def test_integer_inputs_get_an_all_zero_gradient_of_their_dtype(tiny_budget):
+def test_integer_inputs_have_no_gradient_as_in_jax(tiny_budget):
     """Integer data closed over by a loss is not differentiated; asked for explicitly
-    (jax.vjp), its gradient is an all-zero array of its dtype (JAX gives float0)."""
-    X = disk(np.arange(12, dtype=np.int16).reshape(3, 4))  # int16 @ float32 is float32
+    its gradient is JAX's: jax.grad refuses it, jax.vjp gives float0."""
+    Xn = np.arange(12, dtype=np.int16).reshape(3, 4)
+    X = disk(Xn)  # int16 @ float32 is float32
     w = disk(np.ones((4, 1), np.float32))
     g = jax.jit(jax.grad(lambda w: ooc.sum(ooc.matmul(X, w))))(w)
     assert g.dtype == np.float32
-    np.testing.assert_array_equal(g.to_numpy()[:, 0], np.arange(12).reshape(3, 4).sum(0))
-    _, vjp = jax.vjp(lambda x: ooc.sum(ooc.astype(x, np.float32)), X)
-    (gx,) = vjp(np.float32(1))
-    assert gx.dtype == np.int16 and not gx.to_numpy().any()
-    # a cast to an int passes no gradient, whatever cotangent comes in
+    np.testing.assert_array_equal(g.to_numpy()[:, 0], Xn.sum(0))
+    to_f32 = lambda x: ooc.sum(ooc.astype(x, np.float32))
+    (gx,) = jax.vjp(to_f32, X)[1](np.float32(1))
+    (ref,) = jax.vjp(lambda x: jnp.sum(x.astype(jnp.float32)), jnp.asarray(Xn))[1](np.float32(1))
+    assert gx.dtype == ref.dtype == jax.dtypes.float0 and gx.shape == Xn.shape
+    for grad in (jax.grad, jax.value_and_grad):
+        with pytest.raises(TypeError, match=r"requires real- or complex.*DiskArray of int16"):
+            grad(to_f32)(X)
+        with pytest.raises(TypeError, match="requires real- or complex-valued"):
+            grad(lambda x: jnp.sum(x.astype(jnp.float32)))(jnp.asarray(Xn))  # as JAX
+    with pytest.raises(TypeError, match="DiskArray of bool"):
+        jax.grad(to_f32)(disk(Xn > 3))
+    assert jax.grad(to_f32, allow_int=True)(X).dtype == jax.dtypes.float0
+    # a cast to an int passes no gradient: its cotangent is float0, as in JAX
     x = disk(np.linspace(0, 3, 5, dtype=np.float32))
     _, vjp = jax.vjp(lambda x: ooc.astype(x, np.int16), x)
-    (gx,) = vjp(disk(np.ones(5, np.int16)))
+    (gx,) = vjp(np.zeros(5, jax.dtypes.float0))
     assert gx.dtype == np.float32 and not gx.to_numpy().any()
-    with jax.enable_x64(True):  # exp of ints is a float (NumPy's), its input gets 0
+    # bool and int intermediates carry no gradient, but the float path through them does
+    xn = np.array([-1.5, 2.0, 3.25, -4.0], np.float32)
+    got = jax.grad(lambda x: ooc.sum(ooc.multiply(ooc.greater(x, 0.0), ooc.square(x))))(disk(xn))
+    np.testing.assert_allclose(got.to_numpy(), np.where(xn > 0, 2 * xn, 0))
+    got = jax.jit(jax.grad(lambda x: ooc.sum(ooc.multiply(ooc.astype(x, np.int8), x))))(disk(xn))
+    np.testing.assert_allclose(got.to_numpy(), xn.astype(np.int8))
+    with jax.enable_x64(True):  # exp of ints is a float (NumPy's), its input gets float0
         (gx,) = jax.vjp(lambda x: ooc.sum(ooc.exp(x)), X)[1](np.float32(1))  # int16: float32
-        assert gx.dtype == np.int16 and not gx.to_numpy().any()
+        assert gx.dtype == jax.dtypes.float0
 
 
 def test_scalar_operands_promote_as_in_numpy_2(tiny_budget):

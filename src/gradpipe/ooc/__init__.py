@@ -27,12 +27,15 @@ except ImportError as _error:
 from ._array import DiskArray
 from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from ._driver import Driver, set_progress
+from ._equinox import install as _install_equinox_filters
 from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
 from ._op import BlockParallelOp, CustomOp, make_op
 from ._storage import FORMAT_VERSION, get_scratch_dir, set_scratch_dir
 from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
+
+_install_equinox_filters()  # eqx.filter_grad & co. see DiskArrays as arrays
 
 __all__ = [
     "FORMAT_VERSION",

@@ -37,6 +37,27 @@ def _forward(name: str, *, reflected: bool = False):
     return method
 
 
+def _reduction(name: str):
+    """``x.sum(...)`` & co., with the arguments `np.sum(x)` & co. pass (``dtype``, ``out``)."""
+
+    def method(self, axis=None, dtype=None, out=None, keepdims=False, *, budget=None, **other):
+        from . import ops
+
+        if out is not None or other:
+            given = ["out"] * (out is not None) + sorted(other)
+            raise TypeError(
+                f"DiskArray.{name}() does not take {', '.join(given)} (results are new "
+                f"arrays, over whole axes). Call ooc.{name}(x, axis, keepdims)."
+            )
+        if dtype is not None:  # NumPy's `dtype=`: accumulate in that dtype
+            self = ops.astype(self, dtype, budget=budget)
+        return getattr(ops, name)(self, axis, keepdims, budget=budget)
+
+    method.__name__ = name
+    method.__doc__ = f"See `gradpipe.ooc.{name}` (``dtype=`` converts first, as NumPy's)."
+    return method
+
+
 class DiskArray:
     """An array on disk that `gradpipe.ooc` operations read and write tile by tile.
 
@@ -209,7 +230,10 @@ class DiskArray:
 
     def save(self, path: str | os.PathLike) -> DiskArray:
         """Copy to a named file (written under a temporary name, then renamed)."""
-        src = self._concrete_file("save()")
+        return self._copy(path, "save()")
+
+    def _copy(self, path, what: str) -> DiskArray:
+        src = self._concrete_file(what)
         f = PagedFile.create(self.shape, self.dtype, src.page_shape, path=path)
         try:
             for r in _row_chunks(f):
@@ -219,12 +243,82 @@ class DiskArray:
             raise
         return DiskArray._wrap(f.commit())
 
+    def __copy__(self) -> DiskArray:
+        """Another `DiskArray` on the same file (a view, as `update_` shows)."""
+        return DiskArray(self._file, self.shape, self.dtype, self._handle)
+
+    def __deepcopy__(self, memo) -> DiskArray:
+        """An independent copy in a new scratch file (as NumPy's deepcopy copies data);
+        a read-only constant (an all-zero or constant gradient) is returned as is."""
+        if _is_concrete(self._handle) and not isinstance(self._file, PagedFile):
+            return self
+        return self._copy(None, "deepcopy()")
+
+    def __reduce__(self):
+        """Pickled as its path, reopened on load; a scratch file has no lasting path."""
+        f = self._concrete_file("pickling")
+        if not isinstance(f, PagedFile) or f.is_scratch or f.path is None:
+            raise TypeError(
+                f"cannot pickle a scratch DiskArray{list(self.shape)}: its file is deleted "
+                "when it is collected or the process ends. Save it first (x.save(path)) "
+                "and pickle that: it is reopened from its path when loaded."
+            )
+        return (_reopen, (f.path, f.writable))
+
     def __repr__(self) -> str:
         where = self.path if _is_concrete(self._handle) else "traced"
         return f"DiskArray(shape={self.shape}, dtype={self.dtype}, file={where!r})"
 
+    # -- Python protocols: NumPy's answers, or a refusal (never identity by accident)
+
     def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DiskArray (it has no length).")
         return self.shape[0]
+
+    def __iter__(self):
+        """Rows, one `DiskArray` each (as NumPy iterates over the first axis)."""
+        n = len(self)  # a 0-d array refuses, as NumPy's does
+        return (self[i] for i in range(n))
+
+    def __contains__(self, value):
+        raise TypeError(
+            "`value in DiskArray` is not supported (Python would compare rows by identity). "
+            "Use ooc.max(ooc.equal(x, value)) for whether any element equals value."
+        )
+
+    def _scalar(self, kind):
+        if self.size != 1:
+            if kind is bool:
+                raise ValueError(
+                    f"The truth value of a DiskArray of shape {self.shape} is ambiguous "
+                    "(as for a NumPy array). Reduce it first: ooc.max(x) or ooc.sum(x)."
+                )
+            raise TypeError(
+                f"only size-1 DiskArrays can be converted to Python scalars, got shape "
+                f"{self.shape}."
+            )
+        return kind(self._concrete_file(f"{kind.__name__}()").read(None).reshape(()).item())
+
+    def __bool__(self) -> bool:
+        return self._scalar(bool)
+
+    def __float__(self) -> float:
+        return self._scalar(float)
+
+    def __int__(self) -> int:
+        return self._scalar(int)
+
+    def __complex__(self) -> complex:
+        return self._scalar(complex)
+
+    def __eq__(self, other):
+        return _identity_or_refuse(self, other, "==", "equal")
+
+    def __ne__(self, other):
+        return not _identity_or_refuse(self, other, "!=", "not_equal")
+
+    __hash__ = object.__hash__  # by identity, as before; `==` agrees with it
 
     # -- operations (thin forwards to gradpipe.ooc.ops) --------------------------
 
@@ -247,9 +341,9 @@ class DiskArray:
     __pow__ = _forward("power")
     __getitem__ = _forward("getitem")
     T = property(_forward("transpose"))
-    sum = _forward("sum")
-    mean = _forward("mean")
-    max = _forward("max")
+    sum = _reduction("sum")
+    mean = _reduction("mean")
+    max = _reduction("max")
     astype = _forward("astype")
     update_ = _forward("update_")
 
@@ -257,9 +351,30 @@ class DiskArray:
 # ---------------------------------------------------------------- helpers
 
 
+def _reopen(path: str, writable: bool) -> DiskArray:
+    return DiskArray.open(path, writable=writable)
+
+
+def _identity_or_refuse(x, other, symbol: str, op: str) -> bool:
+    """``x == x`` is True (containers and dicts rely on it); anything else is refused.
+
+    NumPy and JAX compare elementwise, so ``X == Y`` or ``X == 0.0`` giving one Python
+    bool would be a silent wrong answer; `ooc.equal` is the elementwise comparison.
+    """
+    if other is x:
+        return True
+    raise TypeError(
+        f"`{symbol}` on a DiskArray is not elementwise (it would compare identity and give "
+        f"one Python bool). Use ooc.{op}(x, y) for the elementwise comparison, or `x is y` "
+        "for identity."
+    )
+
+
 def _new_file(shape, dtype, path, page_shape, budget) -> PagedFile:
     shape = tuple(int(n) for n in shape)
-    dtype = np.dtype(dtype)
+    # stored in native byte order, as JAX holds values: a big-endian ``>f4`` array is
+    # float32 (one compilation, and gradients in the dtype other float32 arrays get)
+    dtype = np.dtype(dtype).newbyteorder("=")
     if page_shape is None:
         page_shape = default_page_shape(shape, dtype.itemsize, get_budget(budget))
     return PagedFile.create(shape, dtype, page_shape, path=path)
@@ -273,3 +388,28 @@ def _row_chunks(f: PagedFile):
     step = f.page_shape[0]
     for start in range(0, f.shape[0], step):
         yield (slice(start, min(start + step, f.shape[0])), *(slice(0, n) for n in f.shape[1:]))
+
+
+# `DiskArrayType` methods: what `==`, `!=`, `bool()` and `len()` do to a traced DiskArray
+
+
+def _traced_eq(aval, x, other):
+    return _identity_or_refuse(x, other, "==", "equal")
+
+
+def _traced_ne(aval, x, other):
+    return not _identity_or_refuse(x, other, "!=", "not_equal")
+
+
+def _traced_bool(aval, x):
+    raise TypeError(
+        f"bool() of a traced DiskArray{list(aval.shape)}: its values are not known while "
+        "JAX traces (inside jax.jit/grad). Use lax.cond on a 0-d result, or return the "
+        "array and test it outside."
+    )
+
+
+def _traced_len(aval, x):
+    if not aval.shape:
+        raise TypeError("len() of a 0-d DiskArray (it has no length).")
+    return aval.shape[0]

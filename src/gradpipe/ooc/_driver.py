@@ -94,7 +94,11 @@ class Driver:
         out_shape = tuple(op.output_shape(*shapes))
         red_shape = tuple(op.reduction_shape(*shapes))
         sizes = [np.dtype(v.dtype).itemsize for v in inputs]
-        out_item = np.dtype(op.output_dtype(*[v.dtype for v in inputs])).itemsize
+        dtypes = [v.dtype for v in inputs]
+        out_item = np.dtype(op.output_dtype(*dtypes)).itemsize
+        # partial tiles, the combined tile and the one being written are accumulator
+        # sized (a float16 sum's are float32)
+        acc_item = max(out_item, np.dtype(op.accumulator_dtype(*dtypes)).itemsize)
         n_out = len(out_shape)
 
         def bytes_for(tile: tuple[int, ...]) -> int:
@@ -102,7 +106,7 @@ class Driver:
             red_r = tuple(slice(0, t) for t in tile[n_out:])
             regions = op.index_map(out_r, red_r, *shapes)
             ins = sum(_nbytes(r, s) for r, s in zip(regions, sizes))
-            out = _nbytes(out_r, out_item)
+            out = _nbytes(out_r, acc_item)
             if phase == "forward":
                 return 2 * ins + 3 * out
             return 2 * ins + 3 * out + 3 * ins

@@ -15,7 +15,14 @@ import zlib
 
 import numpy as np
 
-__all__ = ["FORMAT_VERSION", "HEADER_BYTES", "MAGIC", "decode_header", "encode_header"]
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER_BYTES",
+    "MAGIC",
+    "check_layout",
+    "decode_header",
+    "encode_header",
+]
 
 MAGIC = b"GPOOC\x00\x01\x00"
 CHECKSUM_MARK = b"CRC1"  # then a uint32 CRC-32 of the length field and the JSON
@@ -23,7 +30,25 @@ FORMAT_VERSION = 1
 HEADER_BYTES = 4096
 
 
+def check_layout(shape, dtype, what: str = "DiskArray") -> None:
+    """Refuse a shape with a negative axis and a dtype that is not a number or bool.
+
+    Only bool, integer, floating and complex dtypes are stored: an object array's
+    bytes are pointers, a string, structured or ``bfloat16`` dtype's ``dtype.str``
+    (``|V2``) does not name it again on open, so such files would read back garbage.
+    """
+    if any(int(n) < 0 for n in shape):
+        raise ValueError(f"{what}: negative dimensions are not allowed, got shape {tuple(shape)}.")
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc":
+        raise TypeError(
+            f"{what}: gradpipe.ooc stores bool, integer, floating and complex dtypes, got "
+            f"{dtype} ({dtype.str}). Convert the data first (e.g. bfloat16 to float32)."
+        )
+
+
 def encode_header(shape, dtype: np.dtype, page_shape) -> bytes:
+    check_layout(shape, dtype)
     meta = json.dumps(
         {
             "version": FORMAT_VERSION,

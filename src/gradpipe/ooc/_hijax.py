@@ -28,7 +28,16 @@ import numpy as np
 from jax.experimental import hijax as _hx
 
 from . import _handles, _refusals
-from ._array import DiskArray, _forward, _is_concrete
+from ._array import (
+    DiskArray,
+    _forward,
+    _is_concrete,
+    _reduction,
+    _traced_bool,
+    _traced_eq,
+    _traced_len,
+    _traced_ne,
+)
 from ._budget import MemoryBudget
 from ._driver import Driver
 from ._host import run_on_host
@@ -66,8 +75,17 @@ class DiskArrayType(_hx.HiType):
         self.dtype = np.dtype(dtype)
 
     ndim = property(lambda self: len(self.shape))
-    # jax 0.10 reads the manual-axis type of scan carries; a handle has the plain one
-    mat = property(lambda self: getattr(self.lo_ty()[0], "mat", None))
+
+    @property
+    def size(self) -> int:
+        """The number of elements (JAX's ``bool(tracer)`` check reads it)."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def mat(self):
+        """The manual-axis type JAX 0.10 reads from scan carries: the handle's (plain)."""
+        return getattr(self.lo_ty()[0], "mat", None)
+
     weak_type = False
     is_disk_array = True  # how `_host` tells it from a 0-d ShapedArray
 
@@ -106,9 +124,12 @@ class DiskArrayType(_hx.HiType):
             h = int(h)
         return DiskArray._from_handle(h, self.shape, self.dtype)
 
-    # autodiff: a DiskArray's tangent is a DiskArray of the same type
+    # autodiff: a float DiskArray's tangent is a DiskArray of the same type; an int or
+    # bool one's is JAX's float0 (no gradient), as for in-memory ints
     def to_tangent_aval(self):
-        return self
+        if is_differentiable(self.dtype):
+            return self
+        return _hx.ShapedArray(self.shape, jax.dtypes.float0)
 
     def vspace_zero(self):
         return DiskArray(None, self.shape, self.dtype, _handles.ZERO_HANDLE)
@@ -134,6 +155,7 @@ class DiskArrayType(_hx.HiType):
 
     # shard_map / pmap
     def shard(self, *args, **kwargs):
+        """Refused: a DiskArray cannot be sharded (shard_map, pmap)."""
         _refusals.refuse_sharding(f"a DiskArray{list(self.shape)} cannot be sharded")
 
     unshard = nospec = shard
@@ -156,13 +178,16 @@ class DiskArrayType(_hx.HiType):
     _ge = _traced("greater_equal")
     _pow = _traced("power")
     _getitem = _traced("getitem")
+
+    # ==, !=, bool() and len() of a traced DiskArray: as for a concrete one
+    _eq, _ne, _bool, _len = _traced_eq, _traced_ne, _traced_bool, _traced_len
     to_numpy = _hx.aval_method(lambda self, *a, **k: _refuse_read("to_numpy()"))
     save = _hx.aval_method(lambda self, *a, **k: _refuse_read("save()"))
     T = _hx.aval_property(_forward("transpose"))
     update_ = _hx.aval_method(_forward("update_"))
-    sum = _hx.aval_method(_forward("sum"))
-    mean = _hx.aval_method(_forward("mean"))
-    max = _hx.aval_method(_forward("max"))
+    sum = _hx.aval_method(_reduction("sum"))
+    mean = _hx.aval_method(_reduction("mean"))
+    max = _hx.aval_method(_reduction("max"))
     astype = _hx.aval_method(_forward("astype"))
 
 
@@ -173,7 +198,13 @@ def _refuse_read(what: str):
     )
 
 
-_hx.register_hitype(DiskArray, lambda x: DiskArrayType(x.shape, x.dtype))
+def _type_of_value(x: DiskArray) -> DiskArrayType:
+    if not is_differentiable(x.dtype):
+        _refusals.refuse_int_grad_input(x)
+    return DiskArrayType(x.shape, x.dtype)
+
+
+_hx.register_hitype(DiskArray, _type_of_value)
 
 
 def type_of(x) -> DiskArrayType | None:
@@ -284,7 +315,8 @@ class OocPrim(_Refusals, _PrimBase):
     def vjp_bwd_retval(self, res, g):
         args, out = res
         wants = getattr(self, "_wants", (True,) * len(self.in_avals))
-        if isinstance(g, _hx.Zero):
+        if isinstance(g, _hx.Zero) or not is_differentiable(self.out_aval.dtype):
+            # an int or bool output has no gradient (JAX's float0 cotangent)
             return tuple(_zero_like(t) for t in self.in_avals)
         if type_of(g) is None:  # a 0-d cotangent (jax.vjp takes a Python number too)
             g = jnp.asarray(g, self.out_aval.dtype)
@@ -296,7 +328,8 @@ class OocPrim(_Refusals, _PrimBase):
                 gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals)
             )
         prim = OocBackwardPrim(self.op, self.budget, self.in_avals, self.consts, _in_type(g), wants)
-        return tuple(prim(*args, out, g))
+        grads = prim(*args, out, g)
+        return tuple(gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals))
 
     def dce(self, used_outs, *live_ins):
         if getattr(self.op, "has_side_effect", False):
@@ -364,6 +397,8 @@ def current_backward_of():
 
 def _zero_like(t):
     if isinstance(t, DiskArrayType):
+        if not is_differentiable(t.dtype):  # float0: JAX's no-gradient type
+            return np.zeros(t.shape, jax.dtypes.float0)
         return t.vspace_zero()
     return jnp.zeros((), t.dtype)
 

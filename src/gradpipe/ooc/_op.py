@@ -36,6 +36,11 @@ class _OpBase:
         """The output dtype (default: NumPy's promotion of the input dtypes)."""
         return np.result_type(*dtypes)
 
+    def accumulator_dtype(self, *dtypes) -> np.dtype:
+        """The dtype partial output tiles are held and combined in (default: the
+        output's; a float16 sum accumulates in float32). The memory plan counts it."""
+        return self.output_dtype(*dtypes)
+
     def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         raise NotImplementedError(f"{self.name} must define output_shape(*input_shapes).")
 

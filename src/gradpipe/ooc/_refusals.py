@@ -15,7 +15,13 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["refuse_forward_mode", "refuse_mapping", "refuse_scan_over", "refuse_sharding"]
+__all__ = [
+    "refuse_forward_mode",
+    "refuse_int_grad_input",
+    "refuse_mapping",
+    "refuse_scan_over",
+    "refuse_sharding",
+]
 
 _API = os.sep + os.path.join("jax", "_src", "api.py")
 _CHECKPOINT = os.sep + os.path.join("jax", "_src", "ad_checkpoint.py")
@@ -111,3 +117,32 @@ def refuse_stacked_handles() -> None:
         "iteration; vmap batches them). Differentiate a Python loop over the steps "
         "instead, or keep the carried DiskArray out of the differentiated loop."
     )
+
+
+def refuse_int_grad_input(x) -> None:
+    """Refuse an int or bool DiskArray as an input of `jax.grad`, as JAX refuses ints.
+
+    `jax.grad` checks its inputs' dtypes in ``_check_input_dtype_revderiv``, but only
+    for its own array type; a `DiskArray`'s type is asked for there, so the check is
+    made here when that function is the caller (with its ``allow_int``).
+    """
+    frame = sys._getframe(1)
+    for _ in range(10):
+        if frame is None:
+            return
+        code = frame.f_code
+        if code.co_name == "check_arg":  # it turns any TypeError into "not a JAX type"
+            return  # the same function asks again right after, outside it
+        if code.co_name == "_check_input_dtype_revderiv" and code.co_filename.endswith(_API):
+            name = frame.f_locals.get("name", "grad")
+            if not frame.f_locals.get("allow_int", True):
+                raise TypeError(
+                    f"jax.{name} requires real- or complex-valued inputs (input dtype that "
+                    f"is a sub-dtype of np.inexact), but got a DiskArray of {x.dtype.name} "
+                    f"{list(x.shape)}. Differentiate with respect to a float copy "
+                    "(x.astype(np.float32)), close over the array instead of passing it "
+                    "as a differentiated argument, or use jax.vjp or allow_int=True "
+                    "(its gradient is then float0, as for in-memory ints)."
+                )
+            return
+        frame = frame.f_back

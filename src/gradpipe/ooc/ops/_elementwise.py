@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 
+from .._header import check_layout
 from .._hijax import type_of
 from .._op import BlockParallelOp, apply, frozen
 from .._promotion import is_differentiable, to_primal_dtype
@@ -279,7 +280,8 @@ def astype(x, dtype, *, budget=None):
     for a real ``x``, as in JAX); a conversion to an integer or bool dtype passes no
     gradient.
     """
-    dtype, t = np.dtype(dtype), type_of(x)
+    dtype, t = np.dtype(dtype).newbyteorder("="), type_of(x)  # stored native, as JAX
+    check_layout((), dtype, "astype")
     if t is not None and t.dtype.kind == "c" and dtype.kind != "c":
         warnings.warn(
             f"astype: casting {t.dtype.name} values to {dtype.name} discards the imaginary "

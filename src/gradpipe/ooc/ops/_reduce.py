@@ -17,13 +17,24 @@ __all__ = ["Max", "Mean", "Sum", "max", "mean", "sum"]
 def _norm_axes(axis, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+
+    def is_int(a):
+        return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+
+    if is_int(axis):
+        axes = (int(axis),)
+    elif isinstance(axis, (tuple, list)) and all(is_int(a) for a in axis):
+        axes = tuple(int(a) for a in axis)
+    else:
+        raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}.")
     out = []
     for a in axes:
         if not -ndim <= a < ndim:
             raise ValueError(f"axis {a} is out of range for an array of {ndim} dimensions.")
         out.append(a % ndim)
-    return tuple(sorted(set(out)))
+    if len(set(out)) != len(out):
+        raise ValueError(f"duplicate value in axis {axis!r} (as NumPy refuses).")
+    return tuple(sorted(out))
 
 
 @frozen
@@ -72,7 +83,7 @@ class Sum(_Reduction):
     def output_dtype(self, dx):
         return np.sum(np.zeros(1, dx)).dtype
 
-    def _accumulator(self, dx) -> np.dtype:
+    def accumulator_dtype(self, dx) -> np.dtype:
         out = np.dtype(self.output_dtype(dx))
         return np.dtype(np.float32) if out == np.float16 else out
 
@@ -80,7 +91,9 @@ class Sum(_Reduction):
         return block
 
     def forward_block(self, x):
-        return np.sum(x, axis=self.axes, keepdims=self.keepdims, dtype=self._accumulator(x.dtype))
+        return np.sum(
+            x, axis=self.axes, keepdims=self.keepdims, dtype=self.accumulator_dtype(x.dtype)
+        )
 
     def finish(self, acc):
         return self._scale(acc)
