@@ -9,7 +9,8 @@ an HTML comment that says why, which the page source keeps:
     <!-- not run: installs from PyPI; the tests run the checkout -->
 
 A block preceded by ``<!-- file: NAME -->`` is a file the page's reader would save:
-it is written under NAME (for a server to import), and a Python one also runs.
+it is written under NAME (for a server or a later block to import), and a Python
+one also runs. The working directory is on ``sys.path``, as in ``python`` started there.
 A failing block fails the test, naming the page and the line of the block.
 """
 
@@ -39,6 +40,7 @@ MARK = re.compile(r"^<!--\s*(not run|file):\s*(.*?)\s*-->\s*$")
 RUNNER = r'''
 import json, os, subprocess, sys, traceback
 blocks = json.load(open(sys.argv[1]))
+sys.path.insert(0, os.getcwd())  # as `python` in that directory: the page's files import
 ns = {"__name__": "__main__"}
 for b in blocks:
     where = f"{b['page']}, the {b['lang']} block at line {b['line']}"
