@@ -31,13 +31,16 @@ pytest.importorskip("pydantic")
 pytest.importorskip("starlette")
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))]
+PAGES = [
+    "README.md",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")),
+]
 RUN = {"python": "python", "py": "python", "bash": "bash", "sh": "bash", "shell": "bash"}
 OUTPUT = {"text", "json", "console-output", "output"}
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 MARK = re.compile(r"^<!--\s*(not run|file):\s*(.*?)\s*-->\s*$")
 
-RUNNER = r'''
+RUNNER = r"""
 import json, os, subprocess, sys, traceback
 blocks = json.load(open(sys.argv[1]))
 sys.path.insert(0, os.getcwd())  # as `python` in that directory: the page's files import
@@ -59,7 +62,7 @@ for b in blocks:
         print(f"\nSNIPPET FAILED: {where}", file=sys.stderr)
         sys.exit(1)
     sys.stdout.flush()
-'''
+"""
 
 
 def parse(page: str) -> list[dict]:
@@ -118,24 +121,30 @@ def test_page_blocks_run(page: str, tmp_path: Path, snippet_tally: dict) -> None
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("JAX_PLATFORMS", "cpu")
     env["MPLBACKEND"] = "Agg"
-    proc = subprocess.Popen(
-        [sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")],
-        cwd=work,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group: a server a page starts dies with it
-    )
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{page}: its blocks did not finish in 120 s\n{out[-4000:]}")
-    finally:
+    log = tmp_path / "output.txt"
+    with log.open(
+        "w"
+    ) as out:  # a file, not a pipe: a server the page leaves would hold a pipe open
+        proc = subprocess.Popen(
+            [sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a server the page starts dies with it
+        )
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
             pass
-    assert proc.returncode == 0, out[-6000:]
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    output = log.read_text()[-6000:]
+    assert proc.returncode != -signal.SIGKILL, (
+        f"{page}: its blocks did not finish in 120 s\n{output}"
+    )
+    assert proc.returncode == 0, output
