@@ -268,6 +268,7 @@ class ContentKey:
 
     @property
     def nbytes(self) -> int:
+        """Bytes held by the key's copies of the input arrays (counted in `max_bytes`)."""
         return sum(x.nbytes for x in self.arrays)
 
     @property

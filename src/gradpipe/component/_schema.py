@@ -90,10 +90,23 @@ class ArraySpec:
         return f"Array[{self.dtype.name}, {self.shape_text()}]"
 
     def shape_text(self) -> str:
+        """The declared shape as written in messages: `(3,)`, `(None, 3)`, `(..., 2)`."""
         inner = ", ".join("..." if s is ... else str(s) for s in self.shape)
         return f"({inner},)" if len(self.shape) == 1 else f"({inner})"
 
     def shape_matches(self, shape: tuple[int, ...]) -> bool:
+        """Whether a concrete shape fits the declared one.
+
+        `None` matches any size of its axis and `...` any number of axes.
+
+        **Arguments:**
+
+        - `shape`: the shape of a given value.
+
+        **Returns:**
+
+        `True` when the value's shape is accepted.
+        """
         spec = self.shape
         if ... in spec:
             cut = spec.index(...)

@@ -58,9 +58,14 @@ class Lambda(Operator):
 
     @property
     def name(self) -> str:
+        """`Lambda(<function name>)`, or the `name=` given; used in summaries and errors."""
         return f"Lambda({self._name})"
 
     def get_config(self) -> dict[str, Any]:
+        """Always raises `ConfigError`: a wrapped Python function has no configuration.
+
+        Write an `Operator` subclass with an `_apply` method for a step that must be saved.
+        """
         raise ConfigError(
             f"{self.name} cannot be saved: it wraps a Python function, which has no "
             f"configuration. Write an Operator subclass with a _apply method for a "

@@ -275,6 +275,10 @@ class Graph(Operator):
         return _resolve(self.outputs, env)
 
     def get_config(self) -> dict[str, Any]:
+        """The graph's inputs, outputs and steps (see `Operator.get_config`).
+
+        Raises `ConfigError` naming the step when a constant argument holds an operator.
+        """
         for step in self.steps:
             for arg in [*step.get("args", []), *step.get("kwargs", {}).values()]:
                 _check_constants(arg, step["name"])

@@ -93,6 +93,7 @@ class Sequential(Operator):
         return value
 
     def get_config(self) -> dict[str, Any]:
+        """`{"operators": [...]}`, the steps in order (see `Operator.get_config`)."""
         return {"operators": list(self.operators)}
 
     def __len__(self) -> int:

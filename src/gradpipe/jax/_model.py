@@ -51,9 +51,14 @@ class JaxModelOp(JaxOperator):
 
     @property
     def name(self) -> str:
+        """`JaxModelOp(<module class>)`: used in summaries and errors."""
         return f"JaxModelOp({type(self.module).__name__})"
 
     def get_config(self) -> dict[str, Any]:
+        """The module's class and each array's path, shape and dtype; no array values.
+
+        The values travel as weights (`serialize_weights`).
+        """
         cls = type(self.module)
         arrays = {
             jax.tree_util.keystr(path): array_spec(leaf)
@@ -64,6 +69,11 @@ class JaxModelOp(JaxOperator):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Self:
+        """Always raises `ConfigError`: an arbitrary `eqx.Module` has no configuration.
+
+        Load the weights into a template instead:
+        `gradpipe.jax.from_registry(registry, ref, like=JaxModelOp(YourModule(...)))`.
+        """
         module = config.get("module", {})
         raise ConfigError(
             f"JaxModelOp cannot rebuild the module {module.get('class', '?')} from its "

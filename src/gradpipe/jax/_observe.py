@@ -55,4 +55,5 @@ class DebugTap(JaxOperator):
 
     @property
     def name(self) -> str:
+        """`DebugTap(<function name>)`: used in summaries and errors."""
         return f"DebugTap({getattr(self.fn, '__name__', 'fn')})"

@@ -222,6 +222,7 @@ class ODEForwardModel(JaxOperator):
     # -- configuration: the adjoint spec is saved by name ------------------------
 
     def get_config(self) -> dict[str, Any]:
+        """`JaxOperator.get_config`, with the adjoint spec saved by name and fields."""
         config = super().get_config()
         spec = self.adjoint
         name = next(n for n, cls in _SPEC_NAMES.items() if isinstance(spec, cls))
@@ -230,6 +231,10 @@ class ODEForwardModel(JaxOperator):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Self:
+        """Rebuild from `get_config`, the adjoint spec from its saved name.
+
+        Raises `ConfigError` on an unknown adjoint kind.
+        """
         config = dict(config)
         saved = dict(config.get("adjoint") or {"kind": "recursive_checkpoint"})
         kind = saved.pop("kind", None)

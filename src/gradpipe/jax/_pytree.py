@@ -186,10 +186,12 @@ class JaxSequential(Sequential, JaxOperator):
         self.operators = check_operators("JaxSequential", operators)
 
     def get_config(self) -> dict[str, Any]:
+        """`{"operators": [...]}`, the steps in order (see `Operator.get_config`)."""
         return {"operators": list(self.operators)}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Self:
+        """Rebuild from `get_config`; the array weights are loaded separately."""
         return cls(**config)
 
     def __repr__(self) -> str:

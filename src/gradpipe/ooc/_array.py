@@ -183,14 +183,17 @@ class DiskArray:
 
     @property
     def ndim(self) -> int:
+        """The number of axes, ``len(shape)``."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements, the product of `shape`."""
         return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
+        """The size of the data in bytes, ``size * dtype.itemsize`` (the file adds page padding)."""
         return self.size * self.dtype.itemsize
 
     @property

@@ -83,6 +83,17 @@ class Driver:
 
     @staticmethod
     def read(value: Value, region: Region | None) -> np.ndarray:
+        """A region of an input as a NumPy array.
+
+        **Arguments:**
+
+        - `value`: an array file or a 0-d NumPy value (returned as it is).
+        - `region`: a tuple of slices, or ``None`` for the whole array.
+
+        **Returns:**
+
+        The values in that region.
+        """
         if isinstance(value, np.ndarray):
             return value
         return value.read(region)

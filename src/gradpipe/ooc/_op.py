@@ -30,6 +30,7 @@ class _OpBase:
 
     @property
     def name(self) -> str:
+        """The name used in error messages and progress bars (default: the class name)."""
         return type(self).__name__
 
     def output_dtype(self, *dtypes) -> np.dtype:
@@ -42,9 +43,24 @@ class _OpBase:
         return self.output_dtype(*dtypes)
 
     def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+        """The output's shape from the inputs' shapes (``()`` for a scalar). Subclasses define it.
+
+        **Arguments:**
+
+        - `*shapes`: one shape per input, in call order.
+
+        **Returns:**
+
+        The output's shape, a tuple of ints.
+        """
         raise NotImplementedError(f"{self.name} must define output_shape(*input_shapes).")
 
     def out_type(self, *in_types):
+        """The output's abstract type (shape and dtype) from the inputs' types.
+
+        Called by the driver and by JAX's shape inference; it combines `output_shape` and
+        `output_dtype`, so subclasses rarely override it.
+        """
         shape = tuple(self.output_shape(*[t.shape for t in in_types]))
         dtype = np.dtype(self.output_dtype(*[t.dtype for t in in_types]))
         if shape:
@@ -103,15 +119,51 @@ class BlockParallelOp(_OpBase):
     backward_uses_output: bool = False
 
     def reduction_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the reduction loop (default ``()``: no reduction, elementwise).
+
+        A matrix product reduces over the shared axis: ``(a_shape[1],)``.
+        """
         return ()
 
     def index_map(self, out_region: Region, red_region: Region, *shapes) -> Sequence[Region | None]:
+        """The region of each input that one step reads. Subclasses define it.
+
+        **Arguments:**
+
+        - `out_region`: the output tile, one slice per output axis.
+        - `red_region`: the reduction tile, one slice per reduction axis (empty when
+          there is no reduction).
+        - `*shapes`: the inputs' shapes.
+
+        **Returns:**
+
+        One region (a tuple of slices) per input, or ``None`` for a 0-d input.
+        """
         raise NotImplementedError(f"{self.name} must define index_map.")
 
     def forward_block(self, *blocks: np.ndarray) -> np.ndarray:
+        """The partial output tile computed from one step's input blocks (NumPy in, NumPy out).
+
+        Subclasses define it (or `forward_into`); the partials of one output tile are
+        folded with `combine`.
+        """
         raise NotImplementedError(f"{self.name} must define forward_block.")
 
     def backward_block(self, g_block: np.ndarray, *blocks: np.ndarray):
+        """One gradient block per input for one step, shaped like that input's block.
+
+        Subclasses define it to be differentiable.
+
+        **Arguments:**
+
+        - `g_block`: the output's cotangent on this step's output tile.
+        - `*blocks`: the input blocks the step read (preceded by the forward output
+          block when ``backward_uses_output = True``).
+
+        **Returns:**
+
+        A tuple with one block per input, or ``None`` for an input without a gradient.
+        """
         raise NotImplementedError(f"{self.name} must define backward_block to be differentiated.")
 
     def combine(self, acc: np.ndarray, part: np.ndarray) -> np.ndarray:
@@ -122,9 +174,11 @@ class BlockParallelOp(_OpBase):
     # -- what the primitives call ---------------------------------------------
 
     def forward(self, driver, *inputs):
+        """Run the operation through `Driver.forward` (the tiled loop); called by the primitive."""
         return driver.forward(self, inputs)
 
     def backward(self, driver, inputs, output, g, wants):
+        """Run the backward pass through `Driver.backward`; called by the primitive."""
         return driver.backward(self, inputs, output, g, wants)
 
 
@@ -146,9 +200,35 @@ class CustomOp(_OpBase):
     """
 
     def forward(self, driver, *inputs):
+        """The output, computed with the driver's toolkit. Subclasses define it.
+
+        **Arguments:**
+
+        - `driver`: the `Driver` (``read``, ``allocate``, ``forward``, ``budget``).
+        - `*inputs`: array files (``.shape``, ``.dtype``, ``.read(region)``) or 0-d
+          NumPy values.
+
+        **Returns:**
+
+        A committed file from ``driver.allocate(shape, dtype)``, or a 0-d NumPy value.
+        """
         raise NotImplementedError(f"{self.name} must define forward(driver, *inputs).")
 
     def backward(self, driver, inputs, output, g, wants):
+        """One gradient per input. Subclasses define it to be differentiable.
+
+        **Arguments:**
+
+        - `driver`: the `Driver`.
+        - `inputs`: the forward inputs; `output`: the forward output.
+        - `g`: the output's cotangent (a file, or a 0-d value).
+        - `wants`: one bool per input, whether its gradient is needed.
+
+        **Returns:**
+
+        One gradient per input: a committed file, a 0-d value, or ``None`` where
+        ``wants`` is false.
+        """
         raise NotImplementedError(f"{self.name} must define backward to be differentiated.")
 
 

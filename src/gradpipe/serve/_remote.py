@@ -85,6 +85,7 @@ class RemoteComponent(Operator):
         self._lock = threading.Lock()
 
     def get_config(self) -> dict[str, Any]:
+        """`{"url", "encoding", "timeout"}`; the token never enters the configuration."""
         return {"url": self.url, "encoding": self.encoding, "timeout": self.timeout}
 
     def close(self) -> None:
@@ -109,6 +110,7 @@ class RemoteComponent(Operator):
         return self.schema["x-gradpipe"]["outputs"]
 
     def health(self) -> dict[str, Any]:
+        """The server's health document, ``{"status": "ok"}`` (``GET /health``, no token needed)."""
         return self.client.get("health")
 
     def stats(self) -> dict[str, Any]:
