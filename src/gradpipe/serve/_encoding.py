@@ -208,6 +208,9 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
             # (1.5 for int32, 1e40 for float32, true for a number, "1.5" are refused).
             array = cast_numbers(buffer, dtype)
         except (TypeError, ValueError, OverflowError) as exc:
+            long_int = _find_long_int(buffer)
+            if long_int is not None:
+                raise PayloadError(long_int.message(), path) from None
             message = f"the json buffer is not a {dtype_name} array: {exc}"
             raise PayloadError(message, path) from None
         if list(array.shape) != shape:
@@ -256,6 +259,18 @@ class _LongInt:
         raise OverflowError(self.message())
 
     __float__ = __index__ = __int__
+
+
+def _find_long_int(node: Any) -> _LongInt | None:
+    """The first over-long integer in a nested list, searched only once a cast failed."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _LongInt):
+            return item
+        if isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 def _parse_int(text: str) -> int | _LongInt:
