@@ -51,3 +51,28 @@ def local():
     from served_components import component
 
     return component
+
+
+@pytest.fixture(scope="session")
+def nested_url():
+    """A server for the nested component (its models keep pydantic's default for
+    extra fields), in a thread of this process."""
+    import threading
+    import time
+
+    import uvicorn
+    from served_components import nested_component
+
+    from gradpipe.serve import create_app
+
+    config = uvicorn.Config(create_app(nested_component), host="127.0.0.1", port=0,
+                            log_level="warning")  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)

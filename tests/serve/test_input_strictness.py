@@ -4,17 +4,12 @@ pydantic's default), values a cast would change (in array frames, JSON number
 buffers, cotangents), and static values pydantic would coerce. The server keeps
 answering afterwards."""
 
-import threading
-import time
-
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from serve_settings import TOKEN, json_array
-from served_components import nested_component
 
-from gradpipe.serve import BINARY, JSON, create_app, decode, encode
+from gradpipe.serve import BINARY, JSON, decode, encode
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 GOOD = {
@@ -28,23 +23,6 @@ def post(url, endpoint, document, content_type=BINARY):
     body = encode(document, content_type)
     headers = {**AUTH, "Content-Type": content_type}
     return httpx.post(f"{url}/{endpoint}", content=body, headers=headers, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def nested_url():
-    """A server for the component whose models keep pydantic's default for extra
-    fields, in a thread of this process."""
-    config = uvicorn.Config(create_app(nested_component), host="127.0.0.1", port=0,
-                            log_level="warning")  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 NESTED = {

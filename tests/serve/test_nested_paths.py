@@ -1,33 +1,13 @@
 """Dict fields, lists of models and static strings through a RemoteComponent."""
 
-import threading
-import time
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-import uvicorn
-from served_components import nested_component, nested_forward
+from served_components import nested_forward
 
-from gradpipe.serve import RemoteComponent, create_app
-
-
-@pytest.fixture(scope="module")
-def nested_url():
-    """A second server, in a thread of this process, for the nested component."""
-    config = uvicorn.Config(create_app(nested_component), host="127.0.0.1", port=0,
-                            log_level="warning")  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+from gradpipe.serve import RemoteComponent
 
 
 def test_nested_paths_under_grad_and_the_endpoints(nested_url):

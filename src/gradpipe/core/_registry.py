@@ -69,14 +69,24 @@ def _check_name(kind: str, name: str) -> str:
     return name
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one."""
+def _synced_temporary(path: Path, data: bytes) -> str:
+    """A new file beside ``path`` holding ``data``, synced to disk; its name."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one."""
+    tmp = _synced_temporary(path, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -90,12 +100,8 @@ def _write_new(path: Path, data: bytes) -> bool:
     fails if ``path`` exists (so of several writers exactly one creates it), and a
     reader never sees a partly written file.
     """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _synced_temporary(path, data)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
         try:
             os.link(tmp, path)
         except FileExistsError:
