@@ -23,6 +23,7 @@ again, and `Registry.list` lists the intact entries and warns about the others.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -230,9 +231,9 @@ class Registry:
         """Move a damaged entry out of the way (then delete it) so it can be rewritten."""
         aside = Path(tempfile.mkdtemp(dir=self.root / "objects", prefix=".damaged-"))
         try:
-            os.rename(target, aside / target.name)
-        except FileNotFoundError:
-            pass  # another process set it aside first
+            # Gone already: another process set it aside first.
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(target, aside / target.name)
         finally:
             shutil.rmtree(aside, ignore_errors=True)
 
