@@ -3,7 +3,6 @@ autodiff endpoints."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -15,7 +14,8 @@ import pydantic
 from gradpipe.core import Operator
 
 from ._casting import Casting, check_casting
-from ._endpoints import DERIVATIVE_ERRORS, Programs, Selection, Signature, derivative_error
+from ._derivatives import DERIVATIVE_ERRORS, DerivativeMemory, derivative_error
+from ._endpoints import Programs, Selection, Signature
 from ._keys import ContentKey
 from ._paths import ComponentInputError
 from ._recompute import check_residuals
@@ -147,11 +147,7 @@ class Component:
         self.residuals = residuals
         self.extra = extra
         self.casting = casting
-        # Signatures whose forward pass cannot run under jax.vjp (see `apply`), and the
-        # jacobian mode that worked for a selection under mode="auto".
-        self._no_residuals: dict[Any, Exception] = {}
-        self._jacobian_modes: dict[Any, str] = {}
-        self._memo_lock = threading.Lock()
+        self._learned = DerivativeMemory()  # what JAX could not differentiate, per call
         if residual_cache is True:
             residual_cache = CacheLimits()
         self.residual_cache: ResidualCache | None = (
@@ -213,14 +209,14 @@ class Component:
         # the cache never changes a single bit of any result. A forward pass that
         # cannot run under jax.vjp (a callback without a derivative rule) runs plainly:
         # apply runs whatever jax.jit runs.
-        if sig.key in self._no_residuals:
+        if sig.key in self._learned.no_residuals:
             leaves = self._programs.apply(sig)(self._params, arrays)
             return rebuild(self._out_node, sig.out_structure, leaves)
         try:
             leaves, vjp_fn = self._programs.keep(sig)(self._params, arrays)
         except DERIVATIVE_ERRORS as error:
             leaves = self._programs.apply(sig)(self._params, arrays)
-            self._remember(self._no_residuals, sig.key, error)
+            self._learned.remember(self._learned.no_residuals, sig.key, error)
             return rebuild(self._out_node, sig.out_structure, leaves)
         if cache is not None and not cache.touch(twin):
             cache.put(key, Residuals(self, sig, vjp_fn), look=False)
@@ -400,21 +396,13 @@ class Component:
     def _keep(self, sig: Signature, arrays: tuple[Any, ...], endpoint: str) -> tuple[Any, Any]:
         """The forward pass under ``jax.vjp``: ``(output leaves, vjp function)``; a
         `TypeError` naming ``endpoint`` when JAX cannot differentiate the function."""
-        known = self._no_residuals.get(sig.key)
+        known = self._learned.no_residuals.get(sig.key)
         if known is not None:
             raise derivative_error(endpoint, {"rev": known})
         try:
             return self._programs.keep(sig)(self._params, arrays)
         except DERIVATIVE_ERRORS as error:
             raise derivative_error(endpoint, {"rev": error}) from error
-
-    def _remember(self, memo: dict[Any, Any], key: Any, value: Any) -> None:
-        """Note ``value`` under ``key`` in one of the per-signature memos, the oldest
-        dropped past 256 entries."""
-        with self._memo_lock:
-            memo[key] = value
-            while len(memo) > 256:
-                del memo[next(iter(memo))]
 
     def _jacobian(
         self, sig: Signature, ins: tuple[int, ...], outs: tuple[int, ...], mode: str, arrays: Any
@@ -423,14 +411,7 @@ class Component:
         mode by size is tried first and the other when JAX cannot differentiate the
         function in it (a ``jax.custom_vjp`` function has no forward mode); the mode
         that worked is remembered for this signature and selection."""
-        if mode == "auto":
-            remembered = self._jacobian_modes.get((sig.key, ins, outs))
-            n_in = sum(int(np.prod(sig.in_avals[i].shape)) for i in ins)
-            n_out = sum(int(np.prod(sig.out_avals[o].shape)) for o in outs)
-            order = ("fwd", "rev") if n_in <= n_out else ("rev", "fwd")
-            order = (remembered,) if remembered else order
-        else:
-            order = (mode,)
+        order = self._learned.jacobian_order(sig, ins, outs) if mode == "auto" else (mode,)
         errors: dict[str, Exception] = {}
         for tried in order:
             try:
@@ -439,7 +420,7 @@ class Component:
                 errors[tried] = error
                 continue
             if mode == "auto":
-                self._remember(self._jacobian_modes, (sig.key, ins, outs), tried)
+                self._learned.remember(self._learned.jacobian_modes, (sig.key, ins, outs), tried)
             return result
         endpoint = f"jacobian (mode={mode!r})"
         error = derivative_error(endpoint, errors)

@@ -25,7 +25,7 @@ from ._schema import ArrayNode, LeafSpec, ModelNode, is_inexact, leaf_specs
 from ._tree import flatten_outputs, rebuild
 from ._unselectable import unselectable_reason
 
-__all__ = ["DERIVATIVE_ERRORS", "Programs", "Selection", "Signature", "derivative_error"]
+__all__ = ["Programs", "Selection", "Signature"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -301,39 +301,3 @@ class Programs:
             return jacobian
 
         return self._program(("jacobian", sig.key, ins, outs, mode), build)
-
-
-# -- refusals of the derivative endpoints ------------------------------------------
-
-# What JAX raises while tracing a derivative it has no rule for: a custom_vjp function
-# under forward mode (TypeError), a pure_callback under any derivative (ValueError), a
-# primitive without a differentiation rule (NotImplementedError).
-DERIVATIVE_ERRORS = (TypeError, ValueError, NotImplementedError)
-
-
-def derivative_error(endpoint: str, errors: dict[str, Exception]) -> TypeError:
-    """The refusal of ``Component.<endpoint>`` when JAX cannot differentiate the
-    function, by mode (``"fwd"``, ``"rev"``) with JAX's reason for each, and what to
-    use instead. `apply` still runs such a function."""
-    reasons = "; ".join(
-        f"in {'forward' if m == 'fwd' else 'reverse'} mode: {_first_line(e)}"
-        for m, e in errors.items()
-    )
-    only_reverse = "fwd" in errors and "rev" not in errors and "custom_vjp" in str(errors["fwd"])
-    if only_reverse:
-        advice = (
-            "The function defines only a reverse-mode rule (jax.custom_vjp), which forward "
-            "mode cannot use: call vjp, or jacobian with mode='rev' (or 'auto')."
-        )
-    else:
-        advice = (
-            "apply still runs it. Give the part without a derivative rule one "
-            "(jax.custom_jvp or jax.custom_vjp), or wrap its inputs in "
-            "jax.lax.stop_gradient when no derivative flows through it."
-        )
-    return TypeError(f"Component.{endpoint} cannot differentiate this function {reasons}. {advice}")
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0].rstrip(".")

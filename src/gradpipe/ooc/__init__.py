@@ -31,7 +31,8 @@ from ._equinox import install as _install_equinox_filters
 from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
 from ._op import BlockParallelOp, CustomOp, make_op
-from ._storage import FORMAT_VERSION, get_scratch_dir, set_scratch_dir
+from ._scratch import get_scratch_dir, set_scratch_dir
+from ._storage import FORMAT_VERSION
 from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
 

@@ -14,97 +14,36 @@ full disk, an exception part-way, a killed process — never leaves a partial ar
 under a name anyone opens. Overwriting a named file (``update_``) goes through a
 shadow copy renamed over it (`PagedFile.rewriting`), so after a kill the file is
 entirely old or entirely new. Scratch files live in one directory per process (see
-`get_scratch_dir`), are removed when their array is garbage collected, and the
+`_scratch`), are removed when their array is garbage collected, and the
 directory itself is removed at interpreter exit; what a killed process leaves
 behind is swept by the next one (`_debris`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import math
 import os
-import shutil
-import tempfile
-import threading
 import uuid
 import weakref
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 
-from ._debris import (
-    SCRATCH_PREFIX,
-    install_sigterm_cleanup,
-    owner_tag,
-    sweep_partials,
-    sweep_scratch_root,
-)
+from ._debris import install_sigterm_cleanup, owner_tag, sweep_partials
 from ._header import FORMAT_VERSION, HEADER_BYTES, decode_header, encode_header
 from ._iostats import record_read, record_write
 from ._pieces import pread_all, pwrite_all, read_pieces, region_pieces, write_pieces
+from ._scratch import get_scratch_dir
 
-__all__ = [
-    "FORMAT_VERSION",
-    "PagedFile",
-    "get_scratch_dir",
-    "set_scratch_dir",
-]
+__all__ = ["FORMAT_VERSION", "PagedFile"]
 
 SUFFIX = ".gpa"
 
 Region = tuple[slice, ...]
 
 _STAGING_BYTES = 8 * 2**20  # the most `write` copies at once to make data contiguous
-
-
-# ---------------------------------------------------------------- scratch dir
-
-_scratch_lock = threading.Lock()
-_scratch_root: Path | None = None  # set by `set_scratch_dir`; else env var / tmp
-_session_dir: Path | None = None
-
-
-def set_scratch_dir(path: str | os.PathLike | None) -> None:
-    """Choose where new scratch files go (``None`` restores the default).
-
-    The default is ``$GRADPIPE_SCRATCH`` when set, else the system temporary
-    directory. gradpipe makes one private subdirectory there per process and
-    removes it at exit.
-    """
-    global _scratch_root, _session_dir
-    with _scratch_lock:
-        _scratch_root = None if path is None else Path(path)
-        _session_dir = None
-
-
-def get_scratch_dir() -> Path:
-    """The directory this process writes scratch files into (created on demand)."""
-    global _session_dir
-    with _scratch_lock:
-        if _session_dir is None or not _session_dir.is_dir():
-            root = _scratch_root or Path(
-                os.environ.get("GRADPIPE_SCRATCH") or tempfile.gettempdir()
-            )
-            root.mkdir(parents=True, exist_ok=True)
-            sweep_scratch_root(root)  # directories of killed processes
-            install_sigterm_cleanup()
-            prefix = f"{SCRATCH_PREFIX}{owner_tag()}-"
-            _session_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
-            _session_dirs.append(_session_dir)
-        return _session_dir
-
-
-_session_dirs: list[Path] = []
-
-
-@atexit.register
-def _remove_session_dirs() -> None:
-    for d in _session_dirs:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- the file
