@@ -10,7 +10,8 @@ import pytest
 
 from gradpipe import ooc
 from gradpipe.ooc._driver import Driver
-from gradpipe.ooc.ops._elementwise import Binary
+from gradpipe.ooc.ops._blockwise import Blockwise
+from gradpipe.ooc.ops._elementwise import add
 from gradpipe.ooc.ops._matmul import MatMul
 
 
@@ -58,8 +59,8 @@ def test_tiles_depend_on_budget_op_inputs_and_phase():
     bwd = small._plan(MatMul(), [a, b], "backward")[2]
     assert np.prod(bwd) < np.prod(fwd)
     mid = Driver(ooc.MemoryBudget("24MiB"))
-    one = mid._plan(Binary("add"), [a, _Shape(())], "forward")[2]
-    two = mid._plan(Binary("add"), [a, b], "forward")[2]
+    one = mid._plan(Blockwise(add.kernel, "add"), [a, _Shape(())], "forward")[2]
+    two = mid._plan(Blockwise(add.kernel, "add"), [a, b], "forward")[2]
     assert np.prod(two) < np.prod(one)
 
 

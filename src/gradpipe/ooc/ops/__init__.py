@@ -1,70 +1,21 @@
 """Built-in out-of-core operations, each differentiable under `jax.grad`."""
 
-from ._elementwise import (
-    abs,
-    add,
-    astype,
-    cos,
-    divide,
-    equal,
-    exp,
-    greater,
-    greater_equal,
-    less,
-    less_equal,
-    log,
-    maximum,
-    minimum,
-    multiply,
-    negative,
-    not_equal,
-    power,
-    relu,
-    sigmoid,
-    sin,
-    sqrt,
-    square,
-    subtract,
-    tanh,
-)
+from . import _elementwise
+from ._elementwise import *  # noqa: F403
 from ._layout import getitem, slice_rows, slice_tile, transpose
 from ._matmul import matmul
 from ._reduce import max, mean, sum
 from ._update import update_
 
 __all__ = [
-    "abs",
-    "add",
-    "astype",
-    "cos",
-    "divide",
-    "equal",
-    "exp",
+    *_elementwise.__all__,
     "getitem",
-    "greater",
-    "greater_equal",
-    "less",
-    "less_equal",
-    "log",
     "matmul",
     "max",
-    "maximum",
     "mean",
-    "minimum",
-    "multiply",
-    "negative",
-    "not_equal",
-    "power",
-    "relu",
-    "sigmoid",
-    "sin",
     "slice_rows",
     "slice_tile",
-    "sqrt",
-    "square",
-    "subtract",
     "sum",
-    "tanh",
     "transpose",
     "update_",
 ]

@@ -1,287 +1,290 @@
-"""Elementwise operations: unary functions and binary ones with broadcasting.
+"""Every elementwise function of the array API standard (and a few of JAX's), out of core.
 
-Operands of a binary operation are DiskArrays (broadcast against each other as in
-NumPy) or scalars (Python numbers or 0-d JAX values, which are differentiable).
+Each function is its block kernel, written once against an array namespace ``xp``
+(`Blockwise`): NumPy computes it forward, JAX's VJP of the same kernel is its
+backward pass. Operands are DiskArrays, broadcast against each other as in NumPy,
+or scalars (Python numbers, promoted as NumPy 2 does, or 0-d JAX values, which are
+differentiable); with no `DiskArray` among them the function runs in memory on
+``jax.numpy``.
+
+Adding a function is one line in a table below; see the guide's "Adding an
+operation".
 """
 
 from __future__ import annotations
 
+import builtins
 import warnings
 
 import numpy as np
 
 from .._header import check_layout
 from .._hijax import type_of
-from .._op import BlockParallelOp, apply, frozen
-from .._promotion import is_differentiable, to_primal_dtype
+from ._blockwise import blockwise
 
-__all__ = ["Binary", "Cast", "Unary", "astype"]
-
-
-def _inexact(x):
-    """``x`` in the floating dtype NumPy computes ``exp(x)`` in (ints become floats)."""
-    return x.astype(np.exp(np.empty(0, x.dtype)).dtype, copy=False)
+__all__ = ["astype", "clip", "power", "relu", "sigmoid", "where"]
 
 
-# name: (forward, derivative given x, the output y and the exponent p). The
-# forward is NumPy's function, so its result has NumPy's dtype (`sigmoid` computes
-# in the dtype of `exp`, `relu` keeps the dtype, as in jax.nn).
-_UNARY = {
-    "negative": (np.negative, lambda x, y, p: -np.ones_like(x)),
-    "exp": (np.exp, lambda x, y, p: y),
-    "log": (np.log, lambda x, y, p: 1 / x),
-    "sqrt": (np.sqrt, lambda x, y, p: 0.5 / y),
-    "square": (np.square, lambda x, y, p: 2 * x),
-    # conj: JAX's cotangent of |z| is conj(z)/|z| (the rest are holomorphic: no conj)
-    "abs": (np.abs, lambda x, y, p: np.conj(np.sign(x))),
-    "sin": (np.sin, lambda x, y, p: np.cos(x)),
-    "cos": (np.cos, lambda x, y, p: -np.sin(x)),
-    "tanh": (np.tanh, lambda x, y, p: 1 - y * y),
-    "sigmoid": (lambda x: 1 / (1 + np.exp(-_inexact(x))), lambda x, y, p: y * (1 - y)),
-    "relu": (
-        lambda x: np.maximum(x, np.zeros((), x.dtype)),
-        lambda x, y, p: (x > 0).astype(x.dtype),
-    ),
-    "power": (None, lambda x, y, p: _power_derivative(x, p)),
-}
+def _standard(name: str, doc: str | None = None):
+    """The kernel ``xp.<name>(*xs)`` (every namespace spells these alike)."""
+
+    def kernel(xp, *xs):
+        return getattr(xp, name)(*xs)
+
+    kernel.__name__ = kernel.__qualname__ = f"{name}_kernel"
+    return kernel
 
 
-def _power_derivative(x, p):
-    """``p * x ** (p - 1)``; zero for an int ``p = 0``, as JAX (no 0 * inf at x = 0)."""
-    if isinstance(p, (int, np.integer)) and p == 0:
-        return np.zeros_like(x)
-    return p * np.power(x, p - 1)
+def _keeps_integers(name: str):
+    """``xp.<name>(x)``, but an integer or bool ``x`` is returned as it is (rounding
+    functions are the identity there, and keep the dtype, as the standard asks)."""
+
+    def kernel(xp, x):
+        if np.dtype(x.dtype).kind in "biu":
+            return x
+        return getattr(xp, name)(x)
+
+    kernel.__name__ = kernel.__qualname__ = f"{name}_kernel"
+    return kernel
 
 
-def _numpy_dtype(name: str, fn, *dtypes) -> np.dtype:
-    """The dtype NumPy gives ``fn`` on arrays of ``dtypes``; NumPy's refusal otherwise."""
-    try:
-        return fn(*[np.empty(0, d) for d in dtypes]).dtype
-    except TypeError as error:  # e.g. negative/subtract of bools
-        names = ", ".join(np.dtype(d).name for d in dtypes)
-        raise TypeError(f"{name} is not defined for {names} arrays: {error}") from None
+UNARY = [
+    "abs",
+    "acos",
+    "acosh",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
+    "bitwise_invert",
+    "conj",
+    "cos",
+    "cosh",
+    "exp",
+    "expm1",
+    "imag",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "log",
+    "log1p",
+    "log2",
+    "log10",
+    "logical_not",
+    "negative",
+    "positive",
+    "real",
+    "reciprocal",
+    "sign",
+    "signbit",
+    "sin",
+    "sinh",
+    "square",
+    "sqrt",
+    "tan",
+    "tanh",
+]
+ROUNDING = ("ceil", "floor", "round", "trunc")
+BINARY = [
+    "add",
+    "atan2",
+    "bitwise_and",
+    "bitwise_left_shift",
+    "bitwise_or",
+    "bitwise_right_shift",
+    "bitwise_xor",
+    "copysign",
+    "divide",
+    "equal",
+    "floor_divide",
+    "greater",
+    "greater_equal",
+    "hypot",
+    "less",
+    "less_equal",
+    "logaddexp",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "maximum",
+    "minimum",
+    "multiply",
+    "nextafter",
+    "not_equal",
+    "pow",
+    "remainder",
+    "subtract",
+]
 
-
-def _block_grad(grad, x):
-    """``grad`` in ``x``'s dtype, or None when ``x`` is not differentiable (an int)."""
-    return to_primal_dtype(grad, x.dtype) if is_differentiable(x.dtype) else None
-
-
-@frozen
-class Unary(BlockParallelOp):
-    """``fn(x)`` elementwise, for ``fn`` in the table above (or ``power`` with ``p``)."""
-
-    fn: str
-    p: int | float | complex = 1.0
-    # the exponent's type: a Python type name (a weak number, NEP 50) or a dtype
-    # (a NumPy scalar). ``2`` and ``2.0`` give different dtypes but compare equal,
-    # so without it equal ops would share one compilation.
-    p_type: str = "float"
-
-    @property
-    def _p(self):
-        if self.p_type in ("int", "float", "complex"):
-            return self.p
-        return np.dtype(self.p_type).type(self.p)
-
-    @property
-    def name(self) -> str:
-        return self.fn
-
-    def output_shape(self, s):
-        return s
-
-    def output_dtype(self, dx):
-        return _numpy_dtype(self.fn, self._f, dx)
-
-    def index_map(self, out_r, red_r, s):
-        return (out_r,)
-
-    def _f(self, x):
-        if self.fn == "power":
-            return np.power(x, self._p)
-        return _UNARY[self.fn][0](x)
-
-    def forward_block(self, x):
-        return self._f(x)
-
-    def backward_block(self, g, x):
-        if not is_differentiable(x.dtype):
-            return (None,)
-        d = _UNARY[self.fn][1](x, self._f(x), self._p)
-        return (_block_grad(g * d, x),)
-
-
-@frozen
-class Cast(BlockParallelOp):
-    """``x.astype(dtype)`` (NumPy's unsafe casting); the gradient is cast back."""
-
-    dtype: str
-
-    @property
-    def name(self) -> str:
-        return "astype"
-
-    def output_shape(self, s):
-        return s
-
-    def output_dtype(self, dx):
-        return np.dtype(self.dtype)
-
-    def index_map(self, out_r, red_r, s):
-        return (out_r,)
-
-    def forward_block(self, x):
-        if np.iscomplexobj(x) and np.dtype(self.dtype).kind != "c":
-            x = x.real  # what astype keeps; `astype` warned once at the call
-        return x.astype(self.dtype)
-
-    def backward_block(self, g, x):
-        if not is_differentiable(self.dtype):  # through ints or bools: no gradient
-            return (None,)
-        return (_block_grad(g, x),)
-
-
-_BINARY = {
-    "add": (np.add, lambda a, b, g: g, lambda a, b, g: g),
-    "subtract": (np.subtract, lambda a, b, g: g, lambda a, b, g: -g),
-    "multiply": (np.multiply, lambda a, b, g: g * b, lambda a, b, g: g * a),
-    "divide": (np.divide, lambda a, b, g: g / b, lambda a, b, g: -g * a / (b * b)),
-    # ties split the gradient equally, as jax.numpy does
-    "maximum": (
-        np.maximum,
-        lambda a, b, g: g * ((a > b) + 0.5 * (a == b)),
-        lambda a, b, g: g * ((b > a) + 0.5 * (a == b)),
-    ),
-    "minimum": (
-        np.minimum,
-        lambda a, b, g: g * ((a < b) + 0.5 * (a == b)),
-        lambda a, b, g: g * ((b < a) + 0.5 * (a == b)),
-    ),
-}
-
-
-# comparisons: bool results, no gradient (as in JAX)
-_COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
-_BINARY.update({name: (getattr(np, name), None, None) for name in _COMPARISONS})
-
-
-def _broadcast_region(out_r, shape):
-    if not shape:
-        return None
-    lead = len(out_r) - len(shape)
-    return tuple(slice(0, 1) if n == 1 else r for n, r in zip(shape, out_r[lead:]))
-
-
-def _unbroadcast(grad, block_shape):
-    """Sum ``grad`` down to ``block_shape`` (leading axes and size-1 axes)."""
-    if not block_shape:
-        return grad
-    grad = (
-        grad.sum(axis=tuple(range(grad.ndim - len(block_shape))))
-        if grad.ndim > len(block_shape)
-        else grad
-    )
-    axes = tuple(a for a, n in enumerate(block_shape) if n == 1 and grad.shape[a] != 1)
-    return grad.sum(axis=axes, keepdims=True) if axes else grad
-
-
-@frozen
-class Binary(BlockParallelOp):
-    """``fn(a, b)`` elementwise with NumPy broadcasting."""
-
-    fn: str
-
-    @property
-    def name(self) -> str:
-        return self.fn
-
-    def output_shape(self, sa, sb):
-        try:
-            return tuple(np.broadcast_shapes(sa, sb))
-        except ValueError:
-            raise ValueError(
-                f"{self.fn}: shapes {sa} and {sb} do not broadcast together."
-            ) from None
-
-    def output_dtype(self, da, db):
-        return _numpy_dtype(self.fn, _BINARY[self.fn][0], da, db)
-
-    def index_map(self, out_r, red_r, sa, sb):
-        return (_broadcast_region(out_r, sa), _broadcast_region(out_r, sb))
-
-    def forward_block(self, a, b):
-        return _BINARY[self.fn][0](a, b)
-
-    def backward_block(self, g, a, b):
-        _, da, db = _BINARY[self.fn]
-        grads = []
-        for x, d in ((a, da), (b, db)):
-            if d is None or not is_differentiable(x.dtype):
-                grads.append(None)
-                continue
-            grads.append(to_primal_dtype(_unbroadcast(d(a, b, g), np.shape(x)), x.dtype))
-        return tuple(grads)
-
-
-def _unary(fn):
-    def op(x, *, budget=None):
-        return apply(Unary(fn), x, budget=budget)
-
-    op.__name__ = op.__qualname__ = fn
-    op.__doc__ = f"Elementwise ``{fn}`` of a DiskArray, out of core; differentiable."
-    return op
-
-
-def _binary(fn):
-    def op(a, b, *, budget=None):
-        return apply(Binary(fn), a, b, budget=budget)
-
-    op.__name__ = op.__qualname__ = fn
-    op.__doc__ = (
-        f"Elementwise ``{fn}`` of two operands (DiskArrays broadcast as in NumPy, or "
-        "scalars), out of core; differentiable in both."
-    )
-    return op
-
-
-negative, exp, log, sqrt, square, abs, sin, cos, tanh, sigmoid, relu = (
-    _unary(f) for f in list(_UNARY)[:-1]
+_DOC_UNARY = (
+    "Elementwise ``{name}(x)`` of a DiskArray, out of core, as the array API standard "
+    "defines it (NumPy's dtypes and values); differentiable where it is defined for "
+    "floating-point inputs.\n\n**Returns:** a `DiskArray` (or a 0-d JAX array for 0-d "
+    "in-memory input)."
 )
-add, subtract, multiply, divide, maximum, minimum = (_binary(f) for f in list(_BINARY)[:6])
-equal, not_equal, less, less_equal, greater, greater_equal = (_binary(f) for f in _COMPARISONS)
+_DOC_BINARY = (
+    "Elementwise ``{name}(x1, x2)``, out of core: operands are DiskArrays broadcast "
+    "as in NumPy, or scalars (Python numbers promote as in NumPy 2). Differentiable "
+    "in both operands where defined for floating-point inputs."
+)
 
 
-def power(x, p, *, budget=None):
-    """``x ** p`` elementwise for a DiskArray ``x`` and a constant number ``p``.
+def _public(kernel, name: str, arity: int, doc: str):
+    if arity == 1:
 
-    ``p`` promotes as in NumPy 2 (NEP 50): a Python number is weak (``int8 ** 2``
-    is int8, ``int8 ** 2.5`` float64, ``float32 ** 2.5`` float32), a NumPy scalar
-    is not (``float16 ** np.float32(2)`` is float32).
+        def fn(x, /, *, budget=None):
+            return blockwise(kernel, name, x, budget=budget)
+
+    else:
+
+        def fn(x1, x2, /, *, budget=None):
+            return blockwise(kernel, name, x1, x2, budget=budget)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = __name__
+    fn.__doc__ = doc.format(name=name)
+    fn.kernel = kernel
+    return fn
+
+
+def _make_all() -> dict:
+    made = {}
+    for name in UNARY:
+        made[name] = _public(_standard(name), name, 1, _DOC_UNARY)
+    for name in ROUNDING:
+        made[name] = _public(_keeps_integers(name), name, 1, _DOC_UNARY)
+    for name in BINARY:
+        made[name] = _public(_standard(name), name, 2, _DOC_BINARY)
+    return made
+
+
+globals().update(_make_all())
+__all__ += [*UNARY, *ROUNDING, *BINARY]
+
+# NumPy's longer spellings, kept for existing code
+power_kernel = _standard("pow")
+
+
+# ------------------------------------------------------------- beyond the table
+
+
+def _sigmoid(xp, x):
+    if np.dtype(x.dtype).kind in "biu":  # in the floating dtype NumPy's exp gives them
+        x = xp.astype(x, np.exp(np.empty(0, x.dtype)).dtype)
+    return 1 / (1 + xp.exp(-x))
+
+
+def sigmoid(x, /, *, budget=None):
+    """The logistic function ``1 / (1 + exp(-x))`` elementwise, out of core (integers
+    give the floating dtype NumPy's ``exp`` gives them); differentiable."""
+    return blockwise(_sigmoid, "sigmoid", x, budget=budget)
+
+
+def _relu(xp, x):
+    if np.dtype(x.dtype).kind in "biu":
+        return xp.maximum(x, xp.zeros_like(x))
+    # a NaN stays NaN (as in np.maximum); the gradient at 0 is 0
+    return xp.where(x > 0, x, xp.where(xp.isnan(x), x, xp.zeros_like(x)))
+
+
+def relu(x, /, *, budget=None):
+    """``max(x, 0)`` elementwise, out of core, in ``x``'s dtype; its gradient at 0 is 0,
+    as `jax.nn.relu`'s."""
+    return blockwise(_relu, "relu", x, budget=budget)
+
+
+def _power_static(xp, x, *, p):
+    return xp.pow(x, p)
+
+
+def power(x1, x2, /, *, budget=None):
+    """``x1 ** x2`` elementwise (`pow`): both operands may be DiskArrays or scalars.
+
+    A Python number exponent promotes as in NumPy 2 (NEP 50: ``int8 ** 2`` is int8,
+    ``int8 ** 2.5`` float64, ``float32 ** 2.5`` float32), and an integer one keeps
+    JAX's derivative (``x ** 0`` has gradient 0 at ``x = 0``); a NumPy scalar is not
+    weak (``float16 ** np.float32(2)`` is float32).
     """
-    p_type = np.dtype(type(p)).str if isinstance(p, np.generic) else type(p).__name__
-    if isinstance(p, np.generic):
-        p = p.item()
-    if not isinstance(p, (int, float, complex)) or isinstance(p, bool):
-        raise TypeError(f"power(x, p): p must be a number, got {type(p).__name__}.")
+    t = type_of(x1)
+    if isinstance(x2, (int, float, complex)) and not isinstance(x2, bool):
+        if t is not None and t.dtype.kind in "biu" and isinstance(x2, int) and x2 < 0:
+            raise ValueError(
+                f"power: integers to negative integer powers are not allowed (a "
+                f"{t.dtype.name} array to the power {x2}), as in NumPy; use a float power "
+                f"such as {float(x2)}."
+            )
+        if t is not None and isinstance(x2, int):  # JAX's integer_pow
+            return blockwise(_power_static, "pow", x1, budget=budget, p=x2)
+    return blockwise(power_kernel, "pow", x1, x2, budget=budget)
+
+
+def _where(xp, condition, x1, x2):
+    return xp.where(condition, x1, x2)
+
+
+def where(condition, x1, x2, /, *, budget=None):
+    """``x1`` where ``condition`` is true, else ``x2``, elementwise with broadcasting,
+    out of core; differentiable in ``x1`` and ``x2``."""
+    tc = type_of(condition)
+    dtype = tc.dtype if tc is not None else np.asarray(condition).dtype
+    if dtype != np.bool_:
+        raise TypeError(f"where: the condition must be a bool array, got {dtype.name}.")
+    return blockwise(_where, "where", condition, x1, x2, budget=budget)
+
+
+def _clip(xp, x, *bounds, has_min, has_max):
+    it = iter(bounds)
+    lo = next(it) if has_min else None
+    hi = next(it) if has_max else None
+    out = x
+    if lo is not None:
+        out = xp.where(out < lo, xp.astype(lo, x.dtype), out)
+    if hi is not None:
+        out = xp.where(out > hi, xp.astype(hi, x.dtype), out)
+    return out
+
+
+def clip(x, /, min=None, max=None, *, budget=None):
+    """``x`` with values below ``min`` raised to it and above ``max`` lowered to it,
+    elementwise, out of core, in ``x``'s dtype (the standard's `clip`); ``min`` and
+    ``max`` are scalars or arrays that broadcast with ``x``. Differentiable in all
+    three where they are floating."""
     t = type_of(x)
-    if t is not None and t.dtype.kind in "biu" and isinstance(p, int) and p < 0:
-        raise ValueError(
-            f"power: integers to negative integer powers are not allowed (a {t.dtype.name} "
-            f"array to the power {p}), as in NumPy; use a float power such as {float(p)}."
-        )
-    return apply(Unary("power", p, p_type), x, budget=budget)
+    dtype = t.dtype if t is not None else np.asarray(x).dtype
+    bounds = []
+    for bound in (min, max):
+        if bound is None:
+            continue
+        if isinstance(bound, (int, float)) and not isinstance(bound, bool):
+            if dtype.kind in "iu" and isinstance(bound, float):
+                raise TypeError(f"clip: a float bound {bound} for a {dtype.name} array.")
+            if dtype.kind in "iu":
+                info = np.iinfo(dtype)
+                bound = builtins.min(builtins.max(bound, int(info.min)), int(info.max))
+            bound = np.asarray(bound, dtype)
+        bounds.append(bound)
+    return blockwise(
+        _clip, "clip", x, *bounds, budget=budget, has_min=min is not None, has_max=max is not None
+    )
 
 
-def astype(x, dtype, *, budget=None):
+def _astype(xp, x, *, dtype):
+    if getattr(x.dtype, "kind", "") == "c" and np.dtype(dtype).kind != "c":
+        x = xp.real(x)  # what astype keeps; `astype` warned once at the call
+    return xp.astype(x, np.dtype(dtype))
+
+
+def astype(x, dtype, /, *, copy: bool = True, device=None, budget=None):
     """``x`` converted to ``dtype``, out of core, as NumPy's ``x.astype(dtype)``.
 
     Differentiable: the gradient is converted back to ``x``'s dtype (its real part
     for a real ``x``, as in JAX); a conversion to an integer or bool dtype passes no
-    gradient.
+    gradient. With ``copy=False`` an array already of ``dtype`` is returned as it is.
     """
     dtype, t = np.dtype(dtype).newbyteorder("="), type_of(x)  # stored native, as JAX
     check_layout((), dtype, "astype")
+    if not copy and t is not None and t.dtype == dtype:
+        return x
     if t is not None and t.dtype.kind == "c" and dtype.kind != "c":
         warnings.warn(
             f"astype: casting {t.dtype.name} values to {dtype.name} discards the imaginary "
@@ -289,4 +292,4 @@ def astype(x, dtype, *, budget=None):
             np.exceptions.ComplexWarning,
             stacklevel=2,
         )
-    return apply(Cast(dtype.str), x, budget=budget)
+    return blockwise(_astype, "astype", x, budget=budget, dtype=dtype.str)

@@ -8,7 +8,7 @@ from scipy.linalg import blas
 from .._hijax import type_of
 from .._op import BlockParallelOp, apply, frozen
 from .._promotion import is_differentiable, to_primal_dtype
-from ._elementwise import Cast
+from ._elementwise import astype
 
 __all__ = ["MatMul", "matmul"]
 
@@ -118,7 +118,7 @@ class MatMul(BlockParallelOp):
         return tuple(
             d
             if d is None or type_of(d).dtype == type_of(x).dtype
-            else apply(Cast(type_of(x).dtype.str), d, budget=budget)
+            else astype(_real_part(d, type_of(x).dtype), type_of(x).dtype, budget=budget)
             for d, x in ((da, a), (db, b))
         )
 
@@ -136,6 +136,15 @@ def matmul(a, b, *, transpose_a: bool = False, transpose_b: bool = False, budget
     operands; the backward pass is two more out-of-core matmuls.
     """
     return apply(MatMul(bool(transpose_a), bool(transpose_b)), a, b, budget=budget)
+
+
+def _real_part(d, dtype):
+    """The real part of a complex gradient of a real operand (JAX's transposed cast)."""
+    if type_of(d).dtype.kind == "c" and np.dtype(dtype).kind != "c":
+        from ._elementwise import real
+
+        return real(d)
+    return d
 
 
 _BLAS_TYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))

@@ -1,0 +1,87 @@
+"""Block kernels: written once against an array namespace, differentiated by JAX.
+
+A kernel is a function ``kernel(xp, *blocks, **params)`` that computes one output
+block from input blocks with the functions of the array namespace ``xp``. The
+forward pass runs it with ``xp = numpy`` (so results have NumPy's dtypes and
+values); the backward pass is JAX's VJP of the same function with
+``xp = jax.numpy``, traced once per block shape and dtype and evaluated with NumPy
+(`_numpy_eval`), so no operation needs a hand-written derivative and every
+gradient is the one `jax.grad` gives for the same `jax.numpy` function.
+
+The trace runs with 64-bit types enabled for its thread only, so float64 blocks
+keep float64 derivatives whatever the process's ``jax_enable_x64`` says.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _numpy_eval
+
+__all__ = ["kernel_dtype", "run_forward", "run_vjp", "run_in_jax"]
+
+_lock = threading.Lock()
+
+
+def run_forward(kernel: Callable, params: tuple, blocks) -> np.ndarray:
+    """``kernel(numpy, *blocks, **params)``, with NumPy's floating-point warnings off
+    (``log(0)`` is ``-inf`` as in NumPy and JAX, not a warning per tile)."""
+    with np.errstate(all="ignore"):
+        return np.asarray(kernel(np, *blocks, **dict(params)))
+
+
+def run_in_jax(kernel: Callable, params: tuple, values):
+    """``kernel(jax.numpy, *values, **params)``: the same kernel on in-memory values."""
+    return kernel(jnp, *values, **dict(params))
+
+
+@functools.lru_cache(maxsize=4096)
+def kernel_dtype(kernel: Callable, params: tuple, dtypes: tuple) -> np.dtype:
+    """The dtype NumPy gives the kernel on inputs of ``dtypes`` (empty stand-ins)."""
+    stand_ins = [np.empty(0, d) for d in dtypes]
+    return run_forward(kernel, params, stand_ins).dtype
+
+
+def run_vjp(kernel: Callable, params: tuple, g: np.ndarray, blocks, wants) -> list:
+    """The cotangents of the wanted ``blocks`` given the output cotangent ``g``.
+
+    **Returns:** one array per block, shaped like it (``None`` where not wanted);
+    a broadcast input's cotangent is summed over the axes it was broadcast along.
+    """
+    key = tuple((np.shape(b), np.asarray(b).dtype.str) for b in blocks)
+    jaxpr, out_dtype = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
+    g = np.asarray(g)
+    if g.dtype != out_dtype:
+        g = g.astype(out_dtype)
+    outs = iter(_numpy_eval.evaluate(jaxpr, g, *blocks))
+    return [next(outs) if w else None for w in wants]
+
+
+@functools.lru_cache(maxsize=1024)
+def _vjp_program(kernel, params, key, wants):
+    specs = [jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in key]
+    kwargs = dict(params)
+
+    def f(*blocks):
+        return kernel(jnp, *blocks, **kwargs)
+
+    def back(g, *blocks):
+        wanted = [b for b, w in zip(blocks, wants) if w]
+
+        def of_wanted(*values):
+            it = iter(values)
+            return f(*[next(it) if w else b for b, w in zip(blocks, wants)])
+
+        _, pull = jax.vjp(of_wanted, *wanted)
+        return pull(g)
+
+    with _lock, jax.enable_x64(True):
+        out = jax.eval_shape(f, *specs)
+        jaxpr = jax.make_jaxpr(back)(jax.ShapeDtypeStruct(out.shape, out.dtype), *specs)
+    return jaxpr, np.dtype(out.dtype)

@@ -1,0 +1,97 @@
+"""`Blockwise`: one output block from the matching blocks of its inputs, by a kernel.
+
+The primitive behind every elementwise function (and `where`, `clip`, casts,
+broadcasting): inputs broadcast against each other as in NumPy, each output tile
+reads the matching tile of every input (a size-1 axis reads its one row), and the
+block kernel (`_kernel`) computes the tile. The backward pass is JAX's VJP of the
+kernel, so a new elementwise function is one line: its kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from .._kernel import kernel_dtype, run_forward, run_in_jax, run_vjp
+from .._op import BlockParallelOp, apply, frozen
+from .._promotion import is_differentiable, to_primal_dtype
+
+__all__ = ["Blockwise", "blockwise"]
+
+
+def broadcast_region(out_r, shape):
+    """The region of an input of ``shape`` that an output tile ``out_r`` reads."""
+    if not shape:
+        return None
+    lead = len(out_r) - len(shape)
+    return tuple(slice(0, 1) if n == 1 else r for n, r in zip(shape, out_r[lead:]))
+
+
+@frozen
+class Blockwise(BlockParallelOp):
+    """``kernel(xp, *inputs, **params)`` tile by tile, inputs broadcast as in NumPy.
+
+    ``label`` names it in errors and progress bars; ``params`` are ``(name, value)``
+    pairs passed to the kernel (hashable: equal operations share one compilation);
+    ``wants`` is set by the backward pass to the inputs whose gradient is needed.
+    """
+
+    kernel: Callable
+    label: str
+    params: tuple = ()
+    wants: tuple | None = None
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def output_shape(self, *shapes):
+        try:
+            return tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            listed = " and ".join(str(tuple(s)) for s in shapes)
+            raise ValueError(f"{self.label}: shapes {listed} do not broadcast together.") from None
+
+    def output_dtype(self, *dtypes):
+        try:
+            return kernel_dtype(self.kernel, self.params, tuple(np.dtype(d) for d in dtypes))
+        except TypeError as error:  # e.g. bitwise_and of floats, negative of bools
+            names = ", ".join(np.dtype(d).name for d in dtypes)
+            raise TypeError(f"{self.label} is not defined for {names} arrays: {error}") from None
+
+    def index_map(self, out_r, red_r, *shapes):
+        return tuple(broadcast_region(out_r, s) for s in shapes)
+
+    def forward_block(self, *blocks):
+        out = run_forward(self.kernel, self.params, blocks)
+        dtype = self.output_dtype(*[b.dtype for b in blocks])
+        return out if out.dtype == dtype else out.astype(dtype)
+
+    def backward_block(self, g, *blocks):
+        wants = self.wants if self.wants is not None else (True,) * len(blocks)
+        wants = tuple(bool(w) and is_differentiable(b.dtype) for w, b in zip(wants, blocks))
+        if not any(wants):
+            return (None,) * len(blocks)
+        grads = run_vjp(self.kernel, self.params, g, blocks, wants)
+        return tuple(
+            None if gr is None else to_primal_dtype(gr, b.dtype) for gr, b in zip(grads, blocks)
+        )
+
+    def backward(self, driver, inputs, output, g, wants):
+        return driver.backward(
+            dataclasses.replace(self, wants=tuple(wants)), inputs, output, g, wants
+        )
+
+
+def blockwise(kernel: Callable, label: str, *operands, budget=None, **params):
+    """Apply ``kernel`` blockwise to ``operands``: DiskArrays (traced or not), 0-d
+    JAX values or Python numbers. With no `DiskArray` among them the kernel runs in
+    memory on ``jax.numpy`` (a 0-d result is a JAX array, as every 0-d result is)."""
+    from .._hijax import type_of
+
+    frozen_params = tuple(sorted(params.items()))
+    if all(type_of(a) is None for a in operands):
+        return run_in_jax(kernel, frozen_params, operands)
+    return apply(Blockwise(kernel, label, frozen_params), *operands, budget=budget)
