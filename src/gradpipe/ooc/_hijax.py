@@ -327,6 +327,10 @@ class OocPrim(_Refusals, _PrimBase):
             return tuple(
                 gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals)
             )
+        self.op.check_differentiable(
+            _merge(self.in_avals, self.consts, _const_type),
+            _merge(wants, self.consts, lambda value, dtype: False),
+        )
         prim = OocBackwardPrim(self.op, self.budget, self.in_avals, self.consts, _in_type(g), wants)
         grads = prim(*args, out, g)
         return tuple(gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals))

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _numpy_eval
 
-__all__ = ["kernel_dtype", "run_forward", "run_vjp", "run_in_jax"]
+__all__ = ["check_vjp", "kernel_dtype", "run_forward", "run_in_jax", "run_vjp"]
 
 _lock = threading.Lock()
 
@@ -61,6 +61,25 @@ def run_vjp(kernel: Callable, params: tuple, g: np.ndarray, blocks, wants) -> li
         g = g.astype(out_dtype)
     outs = iter(_numpy_eval.evaluate(jaxpr, g, *blocks))
     return [next(outs) if w else None for w in wants]
+
+
+def check_vjp(kernel: Callable, params: tuple, types, wants, label: str) -> None:
+    """Refuse, with a `TypeError` naming ``label``, a gradient JAX cannot take.
+
+    Called while JAX traces the backward pass (before any data moves) on stand-in
+    blocks of the inputs' dtypes whose sides are cut to 2 (size-1 sides stay 1, so
+    broadcasting is kept).
+    """
+    key = tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
+    try:
+        _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
+    except Exception as error:  # JAX's own refusal, e.g. no derivative rule
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TypeError(
+            f"{label} is not differentiable out of core: JAX cannot differentiate its "
+            f"kernel ({message}). Stop the gradient before it (jax.lax.stop_gradient) or "
+            "compute it in memory."
+        ) from None
 
 
 @functools.lru_cache(maxsize=1024)

@@ -55,6 +55,14 @@ class _OpBase:
         """
         raise NotImplementedError(f"{self.name} must define output_shape(*input_shapes).")
 
+    def check_differentiable(self, in_types, wants) -> None:
+        """Refuse, with a `TypeError`, a gradient this operation cannot compute.
+
+        Called while JAX traces the backward pass, before any data moves, with the
+        inputs' types (shape and dtype; constants included) and one bool per input
+        saying whether its gradient is wanted. The default accepts every gradient.
+        """
+
     def out_type(self, *in_types):
         """The output's abstract type (shape and dtype) from the inputs' types.
 

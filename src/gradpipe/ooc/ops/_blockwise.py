@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._kernel import kernel_dtype, run_forward, run_in_jax, run_vjp
+from .._kernel import check_vjp, kernel_dtype, run_forward, run_in_jax, run_vjp
 from .._op import BlockParallelOp, apply, frozen
 from .._promotion import is_differentiable, to_primal_dtype
 
@@ -79,10 +79,14 @@ class Blockwise(BlockParallelOp):
             None if gr is None else to_primal_dtype(gr, b.dtype) for gr, b in zip(grads, blocks)
         )
 
+    def check_differentiable(self, in_types, wants) -> None:
+        wants = [bool(w) and is_differentiable(t.dtype) for w, t in zip(wants, in_types)]
+        if any(wants):
+            check_vjp(self.kernel, self.params, in_types, wants, self.label)
+
     def backward(self, driver, inputs, output, g, wants):
-        return driver.backward(
-            dataclasses.replace(self, wants=tuple(wants)), inputs, output, g, wants
-        )
+        op = dataclasses.replace(self, wants=tuple(wants))
+        return driver.backward(op, inputs, output, g, wants)
 
 
 def blockwise(kernel: Callable, label: str, *operands, budget=None, **params):
