@@ -6,7 +6,7 @@ STAMP := $(VENV)/.gradpipe-installed
 DOCS_STAMP := $(VENV)/.gradpipe-docs-installed
 PEER_VENV ?= .venv-peer
 
-.PHONY: demo test docs bench lint format clean
+.PHONY: demo test docs bench lint format clean conformance conformance-raw
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,21 @@ $(DOCS_STAMP): pyproject.toml | $(STAMP)
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+# The array API standard's own test suite (third-party; it lives beside the project,
+# never in it) against gradpipe.ooc. x64 is on because the standard's 64-bit dtypes
+# include 0-d results, which gradpipe.ooc returns as JAX arrays. `conformance` applies
+# the skip list (one reason per entry); `conformance-raw` runs everything.
+ARRAY_API_TESTS ?= $(firstword $(wildcard ../shared/peer-suites/array-api-tests))
+SKIPS := $(abspath tests/array_api_skips.txt)
+
+conformance: $(STAMP)
+	@test -n "$(ARRAY_API_TESTS)" || { echo "array-api-tests not found beside the project: pass ARRAY_API_TESTS=path/to/array-api-tests"; exit 2; }
+	JAX_ENABLE_X64=1 $(ARRAY_API_TESTS)/run $(abspath $(PY)) gradpipe.ooc --skips-file $(SKIPS)
+
+conformance-raw: $(STAMP)
+	@test -n "$(ARRAY_API_TESTS)" || { echo "array-api-tests not found beside the project: pass ARRAY_API_TESTS=path/to/array-api-tests"; exit 2; }
+	JAX_ENABLE_X64=1 $(ARRAY_API_TESTS)/run $(abspath $(PY)) gradpipe.ooc
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples tools

@@ -22,6 +22,7 @@ extensions:
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import griffe
@@ -35,13 +36,37 @@ class GeneratedFunctions(griffe.Extension):
     - `modules`: dotted names of the modules to complete.
     """
 
-    def __init__(self, modules: list[str]) -> None:
+    def __init__(self, modules: list[str], namespaces: list[str] = ()) -> None:
         self.modules = set(modules)
+        self.namespaces = list(namespaces)
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        """Give each namespace package an alias for every name of its run-time
+        ``__all__`` that static analysis could not follow (a wildcard import of a
+        module whose ``__all__`` is built by code), pointing where the object is
+        defined."""
+        for path in self.namespaces:
+            if path != pkg.path and not path.startswith(pkg.path + "."):
+                continue
+            mod = pkg.get_member(path[len(pkg.path) + 1 :]) if path != pkg.path else pkg
+            runtime = importlib.import_module(path)
+            for name in runtime.__all__:
+                if name in mod.members:
+                    continue
+                origin = getattr(getattr(runtime, name), "__module__", None)
+                if origin and origin.startswith(pkg.path):
+                    mod.set_member(name, griffe.Alias(name, f"{origin}.{name}", parent=mod))
+            mod.exports = list(runtime.__all__)
 
     def on_module(self, *, mod: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
         if mod.path not in self.modules:
             return
         inspected = griffe.inspect(mod.path, docstring_parser=loader.docstring_parser)
+        # a module whose ``__all__`` is built by code (``__all__ += [*UNARY, ...]``)
+        # exports what it holds at run time, so wildcard imports of it resolve
+        runtime_all = importlib.import_module(mod.path).__dict__.get("__all__")
+        if runtime_all is not None:
+            mod.exports = list(runtime_all)
         for name, member in inspected.members.items():
             if name.startswith("_") or name in mod.members or member.is_alias:
                 continue

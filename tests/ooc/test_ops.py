@@ -226,10 +226,12 @@ def test_scalar_operands_python_and_traced(rng, tiny_budget, dtype):
     np.testing.assert_allclose(gx.to_numpy(force=True), wx, **tol(dtype))
 
 
-def test_in_memory_arrays_are_refused_with_advice():
+def test_numpy_operands_join_on_disk_and_jax_arrays_are_refused_with_advice():
     x = disk(np.ones((3, 3), np.float32))
+    bias = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(ooc.add(x, bias).to_numpy(), np.ones((3, 3)) + bias)
     with pytest.raises(TypeError, match="from_numpy"):
-        ooc.add(x, np.ones((3, 3), np.float32))
+        ooc.add(x, jnp.ones((3, 3), np.float32))  # may be a tracer: no silent host copy
 
 
 # ---------------------------------------------------------------- layout

@@ -25,6 +25,29 @@ except ImportError as _error:
     ) from _error
 
 from ._array import DiskArray
+from ._constants import (
+    bool,
+    complex64,
+    complex128,
+    e,
+    float32,
+    float64,
+    inf,
+    int8,
+    int16,
+    int32,
+    int64,
+    nan,
+    newaxis,
+    pi,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from ._data_types import can_cast, finfo, iinfo, isdtype, result_type
+from ._device import Device
+from ._namespace_info import NamespaceInfo, __array_namespace_info__
 from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from ._driver import Driver, set_progress
 from ._equinox import install as _install_equinox_filters
@@ -38,7 +61,37 @@ from .ops import __all__ as _ops_all
 
 _install_equinox_filters()  # eqx.filter_grad & co. see DiskArrays as arrays
 
+__array_api_version__ = "2024.12"
+"""The version of the Python array API standard this namespace implements."""
+
 __all__ = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "__array_api_version__",
+    "__array_namespace_info__",
+    "can_cast",
+    "e",
+    "finfo",
+    "iinfo",
+    "inf",
+    "isdtype",
+    "nan",
+    "newaxis",
+    "pi",
+    "result_type",
+    "Device",
+    "NamespaceInfo",
     "FORMAT_VERSION",
     "RSS_OVERHEAD_BYTES",
     "BlockParallelOp",

@@ -21,12 +21,21 @@ def _is_concrete(handle: Any) -> bool:
     )
 
 
+def _is_operand(x) -> bool:
+    """Whether ``x`` can be the other operand of an operator (else NotImplemented)."""
+    return isinstance(x, (bool, int, float, complex, np.generic, np.ndarray)) or hasattr(
+        x, "dtype"
+    )
+
+
 def _forward(name: str, *, reflected: bool = False):
     """A method that calls ``gradpipe.ooc.ops.<name>`` (operands swapped if ``reflected``)."""
 
     def method(self, *args, **kwargs):
         from . import ops
 
+        if name not in _NOT_BINARY and args and not _is_operand(args[0]):
+            return NotImplemented
         op = getattr(ops, name)
         if reflected:
             return op(args[0], self, *args[1:], **kwargs)
@@ -35,6 +44,9 @@ def _forward(name: str, *, reflected: bool = False):
     method.__name__ = name
     method.__doc__ = f"See `gradpipe.ooc.{name}`."
     return method
+
+
+_NOT_BINARY = frozenset({"getitem", "astype", "update_", "transpose", "matrix_transpose", "matmul"})
 
 
 def _reduction(name: str):
@@ -228,6 +240,13 @@ class DiskArray:
         return f.read(None)
 
     def __array__(self, dtype=None, copy=None):
+        """The data as a NumPy array (``np.asarray(x)``): a copy read from disk, refused
+        with a `MemoryError` giving the size when it exceeds the memory budget."""
+        if copy is False:
+            raise ValueError(
+                "np.asarray(x, copy=False): a DiskArray's data is on disk, so NumPy can only "
+                "have a copy of it; pass copy=None or copy=True."
+            )
         out = self.to_numpy()
         return out if dtype is None else out.astype(dtype)
 
@@ -287,7 +306,7 @@ class DiskArray:
     def __contains__(self, value):
         raise TypeError(
             "`value in DiskArray` is not supported (Python would compare rows by identity). "
-            "Use ooc.max(ooc.equal(x, value)) for whether any element equals value."
+            "Use ooc.any(x == value) for whether any element equals value."
         )
 
     def _scalar(self, kind):
@@ -295,7 +314,7 @@ class DiskArray:
             if kind is bool:
                 raise ValueError(
                     f"The truth value of a DiskArray of shape {self.shape} is ambiguous "
-                    "(as for a NumPy array). Reduce it first: ooc.max(x) or ooc.sum(x)."
+                    "(as for a NumPy array). Reduce it first: ooc.any(x) or ooc.all(x)."
                 )
             raise TypeError(
                 f"only size-1 DiskArrays can be converted to Python scalars, got shape "
@@ -315,13 +334,64 @@ class DiskArray:
     def __complex__(self) -> complex:
         return self._scalar(complex)
 
-    def __eq__(self, other):
-        return _identity_or_refuse(self, other, "==", "equal")
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer DiskArrays can be used as an index, not {self.dtype}.")
+        return self._scalar(int)
 
-    def __ne__(self, other):
-        return not _identity_or_refuse(self, other, "!=", "not_equal")
+    __hash__ = object.__hash__  # by identity (``==`` is elementwise, as in NumPy)
 
-    __hash__ = object.__hash__  # by identity, as before; `==` agrees with it
+    # -- the array API's array object ------------------------------------------
+
+    def __array_namespace__(self, *, api_version: str | None = None):
+        """`gradpipe.ooc`, the array API namespace of DiskArrays."""
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
+            raise ValueError(f"gradpipe.ooc implements array API 2024.12, not {api_version!r}.")
+        from gradpipe import ooc
+
+        return ooc
+
+    @property
+    def device(self):
+        """The disk: where every DiskArray's data lives (`gradpipe.ooc.Device`)."""
+        from ._device import DISK
+
+        return DISK
+
+    def to_device(self, device, /, *, stream=None) -> DiskArray:
+        """``self`` (there is one device); another device is refused."""
+        from ._device import check_device
+
+        check_device(device)
+        return self
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy's ufuncs run out of core: ``np.exp(x)`` is ``ooc.exp(x)``, a DiskArray.
+
+        A ufunc with no out-of-core twin, a method such as ``np.add.reduce``, or an
+        ``out=`` argument is refused with a `TypeError` rather than loading the array.
+        """
+        from . import ops
+
+        name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
+        fn = getattr(ops, name, None) if name in ops.__all__ else None
+        if method != "__call__" or fn is None or kwargs:
+            what = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+            extra = f" with {sorted(kwargs)}" if kwargs and fn is not None else ""
+            raise TypeError(
+                f"{what}{extra} has no out-of-core form for DiskArrays. Use the gradpipe.ooc "
+                "function of the same name, or read the data with x.to_numpy() first."
+            )
+        return fn(*inputs)
+
+    def __dlpack__(self, *args, **kwargs):
+        raise TypeError(
+            "a DiskArray's data is on disk and has no DLPack buffer; read it with "
+            "x.to_numpy() (within the memory budget) first."
+        )
+
+    def __dlpack_device__(self):
+        raise TypeError("a DiskArray's data is on disk and has no DLPack device.")
 
     # -- operations (thin forwards to gradpipe.ooc.ops) --------------------------
 
@@ -335,15 +405,35 @@ class DiskArray:
     __rmul__ = _forward("multiply", reflected=True)
     __truediv__ = _forward("divide")
     __rtruediv__ = _forward("divide", reflected=True)
+    __floordiv__ = _forward("floor_divide")
+    __rfloordiv__ = _forward("floor_divide", reflected=True)
+    __mod__ = _forward("remainder")
+    __rmod__ = _forward("remainder", reflected=True)
+    __pow__ = _forward("pow")
+    __rpow__ = _forward("pow", reflected=True)
+    __and__ = _forward("bitwise_and")
+    __rand__ = _forward("bitwise_and", reflected=True)
+    __or__ = _forward("bitwise_or")
+    __ror__ = _forward("bitwise_or", reflected=True)
+    __xor__ = _forward("bitwise_xor")
+    __rxor__ = _forward("bitwise_xor", reflected=True)
+    __lshift__ = _forward("bitwise_left_shift")
+    __rlshift__ = _forward("bitwise_left_shift", reflected=True)
+    __rshift__ = _forward("bitwise_right_shift")
+    __rrshift__ = _forward("bitwise_right_shift", reflected=True)
     __neg__ = _forward("negative")
-    # elementwise comparisons (``==``/``!=`` stay identity: use ooc.equal/not_equal)
+    __pos__ = _forward("positive")
+    __abs__ = _forward("abs")
+    __invert__ = _forward("bitwise_invert")
+    __eq__ = _forward("equal")  # type: ignore[assignment]
+    __ne__ = _forward("not_equal")  # type: ignore[assignment]
     __lt__ = _forward("less")
     __le__ = _forward("less_equal")
     __gt__ = _forward("greater")
     __ge__ = _forward("greater_equal")
-    __pow__ = _forward("power")
     __getitem__ = _forward("getitem")
     T = property(_forward("transpose"))
+    mT = property(_forward("matrix_transpose"))
     sum = _reduction("sum")
     mean = _reduction("mean")
     max = _reduction("max")
@@ -351,26 +441,30 @@ class DiskArray:
     update_ = _forward("update_")
 
 
+# NumPy's ufunc names that the array API spells otherwise
+_UFUNC_NAMES = {
+    "absolute": "abs",
+    "arccos": "acos",
+    "arccosh": "acosh",
+    "arcsin": "asin",
+    "arcsinh": "asinh",
+    "arctan": "atan",
+    "arctan2": "atan2",
+    "arctanh": "atanh",
+    "conjugate": "conj",
+    "invert": "bitwise_invert",
+    "left_shift": "bitwise_left_shift",
+    "right_shift": "bitwise_right_shift",
+    "power": "pow",
+    "true_divide": "divide",
+}
+
+
 # ---------------------------------------------------------------- helpers
 
 
 def _reopen(path: str, writable: bool) -> DiskArray:
     return DiskArray.open(path, writable=writable)
-
-
-def _identity_or_refuse(x, other, symbol: str, op: str) -> bool:
-    """``x == x`` is True (containers and dicts rely on it); anything else is refused.
-
-    NumPy and JAX compare elementwise, so ``X == Y`` or ``X == 0.0`` giving one Python
-    bool would be a silent wrong answer; `ooc.equal` is the elementwise comparison.
-    """
-    if other is x:
-        return True
-    raise TypeError(
-        f"`{symbol}` on a DiskArray is not elementwise (it would compare identity and give "
-        f"one Python bool). Use ooc.{op}(x, y) for the elementwise comparison, or `x is y` "
-        "for identity."
-    )
 
 
 def _new_file(shape, dtype, path, page_shape, budget) -> PagedFile:
@@ -394,14 +488,6 @@ def _row_chunks(f: PagedFile):
 
 
 # `DiskArrayType` methods: what `==`, `!=`, `bool()` and `len()` do to a traced DiskArray
-
-
-def _traced_eq(aval, x, other):
-    return _identity_or_refuse(x, other, "==", "equal")
-
-
-def _traced_ne(aval, x, other):
-    return not _identity_or_refuse(x, other, "!=", "not_equal")
 
 
 def _traced_bool(aval, x):

@@ -34,9 +34,7 @@ from ._array import (
     _is_concrete,
     _reduction,
     _traced_bool,
-    _traced_eq,
     _traced_len,
-    _traced_ne,
 )
 from ._budget import MemoryBudget
 from ._driver import Driver
@@ -171,19 +169,43 @@ class DiskArrayType(_hx.HiType):
     _rmul = _traced("multiply", reflected=True)
     _truediv = _traced("divide")
     _rtruediv = _traced("divide", reflected=True)
+    _floordiv = _traced("floor_divide")
+    _rfloordiv = _traced("floor_divide", reflected=True)
+    _mod = _traced("remainder")
+    _rmod = _traced("remainder", reflected=True)
+    _pow = _traced("pow")
+    _rpow = _traced("pow", reflected=True)
+    _and = _traced("bitwise_and")
+    _rand = _traced("bitwise_and", reflected=True)
+    _or = _traced("bitwise_or")
+    _ror = _traced("bitwise_or", reflected=True)
+    _xor = _traced("bitwise_xor")
+    _rxor = _traced("bitwise_xor", reflected=True)
+    _lshift = _traced("bitwise_left_shift")
+    _rlshift = _traced("bitwise_left_shift", reflected=True)
+    _rshift = _traced("bitwise_right_shift")
+    _rrshift = _traced("bitwise_right_shift", reflected=True)
     _neg = _traced("negative")
+    _pos = _traced("positive")
+    _abs = _traced("abs")
+    _invert = _traced("bitwise_invert")
+    _eq = _traced("equal")
+    _ne = _traced("not_equal")
     _lt = _traced("less")
     _le = _traced("less_equal")
     _gt = _traced("greater")
     _ge = _traced("greater_equal")
-    _pow = _traced("power")
     _getitem = _traced("getitem")
 
-    # ==, !=, bool() and len() of a traced DiskArray: as for a concrete one
-    _eq, _ne, _bool, _len = _traced_eq, _traced_ne, _traced_bool, _traced_len
+    # bool() and len() of a traced DiskArray: as for a concrete one
+    _bool, _len = _traced_bool, _traced_len
     to_numpy = _hx.aval_method(lambda self, *a, **k: _refuse_read("to_numpy()"))
     save = _hx.aval_method(lambda self, *a, **k: _refuse_read("save()"))
     T = _hx.aval_property(_forward("transpose"))
+    mT = _hx.aval_property(_forward("matrix_transpose"))
+    __array_namespace__ = _hx.aval_method(DiskArray.__array_namespace__)
+    device = _hx.aval_property(lambda self: DiskArray.device.fget(self))
+    to_device = _hx.aval_method(DiskArray.to_device)
     update_ = _hx.aval_method(_forward("update_"))
     sum = _hx.aval_method(_reduction("sum"))
     mean = _hx.aval_method(_reduction("mean"))
@@ -219,11 +241,15 @@ def as_input(x, dtype, what: str):
     """``x`` as an operation input: a DiskArray (or traced one), or a 0-d JAX value."""
     if type_of(x) is not None:
         return x
+    if isinstance(x, np.ndarray) and x.shape:
+        # an in-memory NumPy operand (a bias vector, a mask) is written to scratch
+        # once and read tile by tile like any other input
+        return DiskArray.from_numpy(np.asarray(x, dtype))
     arr = jnp.asarray(x, dtype=dtype)
     if arr.shape != ():
         raise TypeError(
-            f"{what}: in-memory operands must be scalars, got shape {arr.shape}. Convert "
-            "arrays with DiskArray.from_numpy first."
+            f"{what}: in-memory JAX operands must be scalars, got shape {arr.shape}. "
+            "Convert arrays with DiskArray.from_numpy(np.asarray(a)) first."
         )
     return arr
 

@@ -72,8 +72,11 @@ def check_vjp(kernel: Callable, params: tuple, types, wants, label: str) -> None
     """
     key = tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
     try:
-        _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
-    except Exception as error:  # JAX's own refusal, e.g. no derivative rule
+        jaxpr, _ = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
+        missing = _numpy_eval.unsupported(jaxpr)
+        if missing:
+            raise NotImplementedError(f"no host rule for JAX's {', '.join(missing)}")
+    except Exception as error:  # JAX's own refusal (no derivative rule), or a missing rule
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise TypeError(
             f"{label} is not differentiable out of core: JAX cannot differentiate its "

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-__all__ = ["evaluate", "supports"]
+__all__ = ["evaluate", "supports", "unsupported"]
 
 
 def evaluate(closed_jaxpr, *args) -> list[np.ndarray]:
@@ -33,6 +33,27 @@ def evaluate(closed_jaxpr, *args) -> list[np.ndarray]:
 def supports(name: str) -> bool:
     """Whether a JAX primitive of this name can be evaluated here."""
     return name in _RULES or name in _CALLS
+
+
+def unsupported(closed_jaxpr) -> list[str]:
+    """The primitives of ``closed_jaxpr`` (nested calls included) this table lacks."""
+    missing: list[str] = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name in _CALLS:
+                inner = next(
+                    (eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params),
+                    None,
+                )
+                if inner is not None:
+                    walk(getattr(inner, "jaxpr", inner))
+            elif name not in _RULES and name not in missing:
+                missing.append(name)
+
+    walk(closed_jaxpr.jaxpr)
+    return missing
 
 
 def _eval(jaxpr, consts, args) -> list[np.ndarray]:
@@ -327,6 +348,15 @@ def _unary(fn):
     return rule
 
 
+def _bitcast(x, *, new_dtype, **_):
+    new_dtype = np.dtype(new_dtype)
+    if new_dtype.itemsize != x.dtype.itemsize:
+        raise NotImplementedError(
+            f"bitcast_convert_type from {x.dtype} to {new_dtype} changes the item size."
+        )
+    return np.ascontiguousarray(x).view(new_dtype)
+
+
 def _binary(fn):
     def rule(x, y, **_):
         with np.errstate(all="ignore"):
@@ -422,6 +452,7 @@ _RULES: dict[str, Callable] = {
     "split": _split,
     "iota": _iota,
     "reduce_precision": _reduce_precision,
+    "bitcast_convert_type": _bitcast,
     # reductions and scans
     "dot_general": _dot_general,
     "reduce_sum": _reduction(np.sum),

@@ -1,0 +1,54 @@
+"""``gradpipe.ooc.__array_namespace_info__()``: what the namespace supports."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._constants import DTYPES
+from ._data_types import isdtype
+from ._device import DISK, check_device
+
+__all__ = ["NamespaceInfo", "__array_namespace_info__"]
+
+
+class NamespaceInfo:
+    """The array API's inspection object for `gradpipe.ooc`: one device (the disk),
+    NumPy's default dtypes, and no data-dependent shapes or boolean indexing (their
+    result size is unknown until the data is read, which JAX's tracing cannot wait
+    for)."""
+
+    __module__ = "gradpipe.ooc"
+
+    def capabilities(self) -> dict:
+        """The optional features: none of boolean indexing or data-dependent shapes."""
+        return {"boolean indexing": False, "data-dependent shapes": False, "max dimensions": 64}
+
+    def default_device(self):
+        """The disk."""
+        return DISK
+
+    def devices(self) -> list:
+        """``[the disk]``."""
+        return [DISK]
+
+    def default_dtypes(self, *, device=None) -> dict:
+        """NumPy's defaults: float64, complex128, int64 and int64 for indexing."""
+        check_device(device)
+        return {
+            "real floating": np.dtype(np.float64),
+            "complex floating": np.dtype(np.complex128),
+            "integral": np.dtype(np.int64),
+            "indexing": np.dtype(np.int64),
+        }
+
+    def dtypes(self, *, device=None, kind=None) -> dict:
+        """The supported dtypes by name, those of ``kind`` only when given."""
+        check_device(device)
+        if kind is None:
+            return dict(DTYPES)
+        return {name: d for name, d in DTYPES.items() if isdtype(d, kind)}
+
+
+def __array_namespace_info__() -> NamespaceInfo:
+    """The namespace's inspection object (see `NamespaceInfo`)."""
+    return NamespaceInfo()
