@@ -17,13 +17,26 @@ PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "reference" / "ooc
 
 # (section title, intro, defining modules) in page order
 FAMILIES = [
-    ("Data types and constants", "NumPy's dtype objects and Python floats, as the standard names them.", ("_constants",)),
+    (
+        "Data types and constants",
+        "NumPy's dtype objects and Python floats, as the standard names them.",
+        ("_constants",),
+    ),
     ("Data type functions", "", ("_data_types",)),
     ("Namespace inspection", "", ("_namespace_info", "_device")),
     ("Creation functions", "", ("ops._creation",)),
-    ("Elementwise functions", "Each is one block kernel; its gradient is JAX's VJP of that kernel.", ("ops._elementwise",)),
-    ("Statistical and utility functions", "", ("ops._reduce", "ops._statistics")),
+    (
+        "Elementwise functions",
+        "Each is one block kernel; its gradient is JAX's VJP of that kernel.",
+        ("ops._elementwise",),
+    ),
+    (
+        "Statistical and utility functions",
+        "",
+        ("ops._reduce", "ops._statistics", "ops._differences"),
+    ),
     ("Searching functions", "", ("ops._searching",)),
+    ("Sorting functions", "", ("ops._sorting",)),
     ("Manipulation functions", "", ("ops._manipulation",)),
     ("Indexing", "", ("ops._layout", "ops._indexing")),
     ("Linear algebra", "", ("ops._matmul", "ops._linalg")),

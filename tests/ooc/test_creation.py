@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gradcases import DTYPES, GradCase, check
 
 from gradpipe import ooc
 
@@ -117,4 +118,39 @@ def test_large_creation_is_written_in_rows_within_the_budget():
     budget = ooc.MemoryBudget("1 MiB")
     x = ooc.arange(0, 2**21, dtype=ooc.float64, budget=budget)  # 16 MiB
     assert x.shape == (2**21,)
-    np.testing.assert_array_equal(x[2**20 : 2**20 + 3].to_numpy(), [2.0**20, 2.0**20 + 1, 2.0**20 + 2])
+    np.testing.assert_array_equal(
+        x[2**20 : 2**20 + 3].to_numpy(), [2.0**20, 2.0**20 + 1, 2.0**20 + 2]
+    )
+
+
+@pytest.mark.parametrize("indexing", ["xy", "ij"])
+@pytest.mark.parametrize("sides", [(5,), (4, 7), (3, 1, 6)], ids=str)
+def test_meshgrid_follows_numpy(indexing, sides):
+    inputs = [np.arange(n, dtype=np.float32) * (i + 1) for i, n in enumerate(sides)]
+    with ooc.MemoryBudget(BUDGET):
+        got = ooc.meshgrid(*[ooc.asarray(a) for a in inputs], indexing=indexing)
+        want = np.meshgrid(*inputs, indexing=indexing)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w)
+    with pytest.raises(ValueError, match="indexing"):
+        ooc.meshgrid(ooc.arange(3.0), indexing="yx")
+    with pytest.raises(TypeError, match="one dtype"):
+        ooc.meshgrid(ooc.arange(3.0), ooc.arange(3))
+
+
+GRAD_CASES = [
+    GradCase(
+        "meshgrid", lambda xp, a, b: xp.meshgrid(a, b)[0] * xp.meshgrid(a, b)[1], ((37,), (29,))
+    ),
+    GradCase("tril", lambda xp, x: xp.tril(x, k=1), ((37, 29),)),
+    GradCase("triu", lambda xp, x: xp.triu(x, k=-2), ((37, 29),)),
+]
+CASES = GRAD_CASES
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_creation_gradients_equal_jax(case, dtype, jit):
+    check(case, dtype, jit)

@@ -4,7 +4,6 @@ under jit, in float32 and float64, with broadcasting; one without a derivative i
 refused by name under `jax.grad`."""
 
 import pytest
-
 from gradcases import DTYPES, GradCase, check
 
 SAME = ((37, 29),)

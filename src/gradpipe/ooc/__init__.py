@@ -25,6 +25,7 @@ except ImportError as _error:
     ) from _error
 
 from ._array import DiskArray
+from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from ._constants import (
     bool,
     complex64,
@@ -47,12 +48,11 @@ from ._constants import (
 )
 from ._data_types import can_cast, finfo, iinfo, isdtype, result_type
 from ._device import Device
-from ._namespace_info import NamespaceInfo, __array_namespace_info__
-from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from ._driver import Driver, set_progress
 from ._equinox import install as _install_equinox_filters
 from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
+from ._namespace_info import NamespaceInfo, __array_namespace_info__
 from ._op import BlockParallelOp, CustomOp, make_op
 from ._scratch import get_scratch_dir, set_scratch_dir
 from ._storage import FORMAT_VERSION

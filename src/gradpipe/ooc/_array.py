@@ -23,9 +23,7 @@ def _is_concrete(handle: Any) -> bool:
 
 def _is_operand(x) -> bool:
     """Whether ``x`` can be the other operand of an operator (else NotImplemented)."""
-    return isinstance(x, (bool, int, float, complex, np.generic, np.ndarray)) or hasattr(
-        x, "dtype"
-    )
+    return isinstance(x, (bool, int, float, complex, np.generic, np.ndarray)) or hasattr(x, "dtype")
 
 
 def _forward(name: str, *, reflected: bool = False):

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-bool = np.dtype("bool")  # noqa: A001
+bool = np.dtype("bool")
 """The boolean data type."""
 int8 = np.dtype("int8")
 """8-bit signed integers."""
@@ -51,9 +51,20 @@ newaxis = None
 
 DTYPES = {
     name: globals()[name]
-    for name in (
-        "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
-        "float32 float64 complex64 complex128"
-    ).split()
+    for name in [
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    ]
 }
 """The standard's data types by name."""

@@ -1,7 +1,8 @@
 """The array API's data type functions, for `gradpipe.ooc`.
 
-Data types are NumPy's dtype objects (see `_constants`); the functions accept DiskArrays (traced or not), dtypes, and the
-Python scalars the standard allows, and answer as NumPy 2 does.
+Data types are NumPy's dtype objects (see `_constants`); the functions accept
+DiskArrays (traced or not), dtypes, and the Python scalars the standard allows, and
+answer as NumPy 2 does.
 """
 
 from __future__ import annotations

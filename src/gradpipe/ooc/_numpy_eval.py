@@ -44,7 +44,11 @@ def unsupported(closed_jaxpr) -> list[str]:
             name = eqn.primitive.name
             if name in _CALLS:
                 inner = next(
-                    (eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params),
+                    (
+                        eqn.params[k]
+                        for k in ("jaxpr", "call_jaxpr", "fun_jaxpr")
+                        if k in eqn.params
+                    ),
                     None,
                 )
                 if inner is not None:

@@ -30,6 +30,7 @@ __all__ = [
     "full",
     "full_like",
     "linspace",
+    "meshgrid",
     "ones",
     "ones_like",
     "tril",
@@ -98,12 +99,24 @@ def full(shape, fill_value, *, dtype=None, device=None, budget=None):
 
 def zeros(shape, *, dtype=None, device=None, budget=None):
     """A new array of zeros (a sparse file where the file system allows); default float64."""
-    return full(shape, 0, dtype=np.dtype(np.float64 if dtype is None else dtype), device=device, budget=budget)
+    return full(
+        shape,
+        0,
+        dtype=np.dtype(np.float64 if dtype is None else dtype),
+        device=device,
+        budget=budget,
+    )
 
 
 def ones(shape, *, dtype=None, device=None, budget=None):
     """A new array of ones; default float64."""
-    return full(shape, 1, dtype=np.dtype(np.float64 if dtype is None else dtype), device=device, budget=budget)
+    return full(
+        shape,
+        1,
+        dtype=np.dtype(np.float64 if dtype is None else dtype),
+        device=device,
+        budget=budget,
+    )
 
 
 def empty(shape, *, dtype=None, device=None, budget=None):
@@ -287,3 +300,32 @@ def from_dlpack(x, /, *, device=None, copy=None, budget=None):
             "its data is always a copy on disk."
         )
     return asarray(np.from_dlpack(x), budget=budget)
+
+
+def meshgrid(*arrays, indexing: str = "xy", budget=None):
+    """Coordinate grids from 1-D arrays, as `np.meshgrid`: a list of arrays of the grid's
+    shape (``indexing="xy"`` swaps its first two axes, ``"ij"`` keeps them), each
+    written to disk. Differentiable in every input."""
+    from ._manipulation import broadcast_to, reshape
+
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}.")
+    types = [type_of(a) for a in arrays]
+    for i, t in enumerate(types):
+        if t is None or len(t.shape) != 1:
+            raise ValueError(f"meshgrid: arrays[{i}] must be a 1-D DiskArray.")
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) > 1:
+        raise TypeError(
+            f"meshgrid: the arrays must share one dtype, got {sorted(map(str, dtypes))}."
+        )
+    sides = [t.shape[0] for t in types]
+    if indexing == "xy" and len(sides) > 1:
+        sides[0], sides[1] = sides[1], sides[0]
+    out = []
+    for i, a in enumerate(arrays):
+        axis = (1 - i if i < 2 else i) if indexing == "xy" and len(arrays) > 1 else i
+        shape = [1] * len(arrays)
+        shape[axis] = types[i].shape[0]
+        out.append(broadcast_to(reshape(a, tuple(shape)), tuple(sides), budget=budget))
+    return out

@@ -1,4 +1,4 @@
-"""Linear algebra of the array API standard beyond matmul (tensordot, vecdot, matrix_transpose), out of core."""
+"""Linear algebra of the array API standard beyond matmul, out of core."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Statistical functions of the array API standard (prod, var, std, min, cumulative sums, ...), out of core."""
+"""Statistical functions of the array API standard (prod, var, std, min, ...), out of core."""
 
 from __future__ import annotations
 

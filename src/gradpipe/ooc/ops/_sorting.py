@@ -1,0 +1,139 @@
+"""`sort` and `argsort` of the array API standard, out of core, one line at a time.
+
+Each tile holds whole lines along the sorted axis and as many lines as the budget
+allows; every line is sorted in memory (NumPy's stable sort) and written back. An
+array whose single line along the axis does not fit in the budget is refused with a
+`MemoryError` that says so: an external sort that merges runs across tiles is not
+built. `sort` is differentiable (its gradient puts each cotangent back where its
+value came from, as `jax.numpy.sort`'s does); `argsort` returns int64 indices, which
+carry no gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._budget import plan_tiles
+from .._hijax import type_of
+from .._op import CustomOp, apply, frozen
+from .._promotion import to_primal_dtype
+from ._reshape import tile_regions
+
+__all__ = ["argsort", "sort"]
+
+
+def _line_order(block: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """Indices that sort ``block`` along ``axis``, stably (ties keep their order also
+    when descending, as the standard asks; NaNs last ascending, first descending)."""
+    if not descending:
+        return np.argsort(block, axis=axis, kind="stable")
+    n = block.shape[axis]
+    flipped = np.argsort(np.flip(block, axis), axis=axis, kind="stable")
+    return n - 1 - np.flip(flipped, axis)
+
+
+@frozen
+class _SortLines(CustomOp):
+    """Sort (``indices=False``) or argsort (``indices=True``) along ``axis``."""
+
+    axis: int
+    descending: bool
+    indices: bool
+
+    @property
+    def name(self) -> str:
+        return "argsort" if self.indices else "sort"
+
+    def output_shape(self, shape):
+        return shape
+
+    def output_dtype(self, dtype):
+        return np.dtype(np.int64) if self.indices else dtype
+
+    def _tiles(self, driver, shape, itemsize: int):
+        """Regions of whole lines along the axis, as many lines as the budget allows."""
+        n = shape[self.axis]
+        others = tuple(s for a, s in enumerate(shape) if a != self.axis)
+
+        def bytes_for(tile):
+            # the block, its order (int64), the result and a write in flight
+            return math.prod(tile) * n * (3 * itemsize + 2 * 8)
+
+        if bytes_for((1,) * len(others)) > driver.budget.nbytes:
+            raise MemoryError(
+                f"{self.name}: one line of {n} elements along axis {self.axis} needs "
+                f"{bytes_for((1,) * len(others))} bytes, more than the {driver.budget}. "
+                "gradpipe.ooc sorts whole lines in memory (an external merge sort across "
+                "tiles is not built): raise the budget or sort along a shorter axis."
+            )
+        tile = plan_tiles(others, bytes_for, driver.budget, what=self.name)
+        for region in tile_regions(others, tile) if others else [()]:
+            full = list(region)
+            full.insert(self.axis, slice(0, n))
+            yield tuple(full)
+
+    def forward(self, driver, x):
+        out = driver.allocate(x.shape, self.output_dtype(x.dtype))
+        try:
+            for region in self._tiles(driver, x.shape, x.dtype.itemsize):
+                block = driver.read(x, region)
+                order = _line_order(block, self.axis, self.descending)
+                result = order if self.indices else np.take_along_axis(block, order, self.axis)
+                out.write(region, np.ascontiguousarray(result))
+        except BaseException:
+            out.discard()
+            raise
+        return out.commit()
+
+    def backward(self, driver, inputs, output, g, wants):
+        (x,) = inputs
+        if self.indices or not wants[0]:
+            return [None]
+        grad = driver.allocate(x.shape, x.dtype)
+        try:
+            for region in self._tiles(driver, x.shape, 2 * x.dtype.itemsize):
+                order = _line_order(driver.read(x, region), self.axis, self.descending)
+                gx = np.empty(order.shape, g.dtype)
+                np.put_along_axis(gx, order, driver.read(g, region), self.axis)
+                grad.write(region, to_primal_dtype(gx, x.dtype))
+        except BaseException:
+            grad.discard()
+            raise
+        return [grad.commit()]
+
+
+def _sort(x, axis, descending, stable, indices, budget):
+    import jax.numpy as jnp
+
+    name = "argsort" if indices else "sort"
+    t = type_of(x)
+    if t is None:  # in memory: JAX's
+        fn = jnp.argsort if indices else jnp.sort
+        return fn(x, axis=axis, descending=descending, stable=stable)
+    if not t.shape:
+        raise ValueError(f"{name}: a 0-d array has no axis to sort along.")
+    if t.dtype.kind == "c":
+        raise TypeError(f"{name}: complex arrays have no order (the standard sorts real numbers).")
+    nd = len(t.shape)
+    if not -nd <= axis < nd:
+        raise np.exceptions.AxisError(axis, nd)
+    # every sort here is stable: `stable=False` allows any order of ties, stable included
+    return apply(_SortLines(axis % nd, bool(descending), indices), x, budget=budget)
+
+
+def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True, budget=None):
+    """``x`` sorted along ``axis`` (ascending unless ``descending``), out of core.
+
+    Each line along the axis is sorted in memory, so one line must fit in the budget
+    (a `MemoryError` says so otherwise). The sort is always stable, and NaNs go last
+    (first when descending), as in NumPy. Differentiable: the gradient puts each
+    cotangent back at the position its value came from.
+    """
+    return _sort(x, axis, descending, stable, False, budget)
+
+
+def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True, budget=None):
+    """The int64 indices that sort ``x`` along ``axis`` (see `sort`); no gradient."""
+    return _sort(x, axis, descending, stable, True, budget)
