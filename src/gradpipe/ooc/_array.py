@@ -430,6 +430,13 @@ class DiskArray:
     __gt__ = _forward("greater")
     __ge__ = _forward("greater_equal")
     __getitem__ = _forward("getitem")
+
+    def __setitem__(self, key, value) -> None:
+        """Write ``value`` into the selected elements, in place (eagerly only; see
+        `gradpipe.ooc._setitem`). Under `jax.jit` it is refused: use `ooc.where`."""
+        from ._setitem import set_item
+
+        set_item(self, key, value)
     T = property(_forward("transpose"))
     mT = property(_forward("matrix_transpose"))
     sum = _reduction("sum")

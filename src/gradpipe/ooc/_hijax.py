@@ -40,6 +40,7 @@ from ._budget import MemoryBudget
 from ._driver import Driver
 from ._host import run_on_host
 from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
+from ._setitem import refuse_traced
 
 __all__ = ["DiskArrayType", "OocBackwardPrim", "OocPrim", "bind", "scalar_type", "type_of"]
 
@@ -196,6 +197,7 @@ class DiskArrayType(_hx.HiType):
     _gt = _traced("greater")
     _ge = _traced("greater_equal")
     _getitem = _traced("getitem")
+    _setitem = staticmethod(refuse_traced)
 
     # bool() and len() of a traced DiskArray: as for a concrete one
     _bool, _len = _traced_bool, _traced_len

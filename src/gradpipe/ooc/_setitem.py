@@ -1,0 +1,179 @@
+"""``x[key] = value`` on a DiskArray: an in-place write of the selected elements.
+
+The selection is a basic index (ints, slices with any step, ``...``); the value is a
+scalar, a NumPy array or a DiskArray that broadcasts to the selection's shape, and
+casts to ``x``'s dtype under NumPy's ``same_kind`` rule (as `update_`). The write
+goes in slabs of the selection's first axis, each a read-modify-write of the box
+that bounds it, sized from the memory budget. A scratch array is written in place; a
+named file is rewritten through `update_`, so that a process killed part-way leaves
+it entirely old or entirely new. Mutation cannot be traced: under `jax.jit` it is
+refused, and `ooc.where` or `update_` say the same thing functionally.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from ._budget import get_budget
+from ._storage import PagedFile
+
+__all__ = ["refuse_traced", "set_item"]
+
+
+def refuse_traced(*_) -> None:
+    """Refuse ``x[key] = value`` on a traced DiskArray (its aval's ``_setitem`` too)."""
+    raise TypeError(
+        "x[...] = value writes into a DiskArray in place, which JAX cannot trace (inside "
+        "jax.jit/grad). Compute the new array instead: ooc.where(mask, value, x), or "
+        "write it outside the traced function with ooc.update_(x, new)."
+    )
+
+
+def _normalize(key, shape) -> list:
+    """One ``("int", i)`` or ``("slice", start, step, count)`` per axis of ``shape``."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...').")
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1 :]
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices ({len(key)}) for a DiskArray of shape {shape}.")
+    key = key + (slice(None),) * (len(shape) - len(key))
+    out = []
+    for axis, (k, n) in enumerate(zip(key, shape)):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            out.append(("slice", start, step, len(range(start, stop, step))))
+            continue
+        if isinstance(k, (bool, np.bool_)) or k is None or (hasattr(k, "shape") and k.shape):
+            raise IndexError(
+                f"x[...] = value takes ints, slices and '...' (a basic index); got "
+                f"{type(k).__name__} on axis {axis}. Use ooc.where(mask, value, x) to write "
+                "through a mask."
+            )
+        i = operator.index(k)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of bounds for axis {axis} of size {n}.")
+        out.append(("int", i % n))
+    return out
+
+
+def _value_block(value, vshape, sel_shape, j0, j1, whole=False):
+    """The value for selection positions ``j0:j1`` of the first axis (all of it when
+    ``whole``: the first axis is indexed by an int), as NumPy."""
+    if whole or not sel_shape or not vshape or len(vshape) < len(sel_shape) or vshape[0] == 1:
+        region = None
+    else:
+        region = (slice(j0, j1), *(slice(0, n) for n in vshape[1:]))
+    if isinstance(value, np.ndarray):
+        return value if region is None else value[region]
+    return value.read(region)
+
+
+def set_item(x, key, value) -> None:
+    """Write ``value`` into the elements of ``x`` that ``key`` selects (see the module)."""
+    from ._hijax import type_of
+    from ._promotion import operand_dtypes
+    from .ops._update import update_
+
+    if not isinstance(x._handle, (int, np.integer)):
+        refuse_traced()
+    f = x._concrete_file("x[...] = value")
+    if not isinstance(f, PagedFile) or not f.writable:
+        raise TypeError(
+            "x[...] = value: this DiskArray is read-only (opened without writable=True, or "
+            "a constant such as a gradient of a full sum). Copy it with x.save(path) or "
+            "ooc.asarray(x, copy=True) first."
+        )
+    index = _normalize(key, x.shape)
+    sel_shape = tuple(entry[3] for entry in index if entry[0] == "slice")
+    tv = type_of(value)
+    if tv is None and not isinstance(value, (bool, int, float, complex, np.generic, np.ndarray)):
+        raise TypeError(f"x[...] = value: value must be an array or a number, got {value!r}.")
+    _, dv = operand_dtypes((x, value), type_of, "x[...] = value")
+    if not np.can_cast(dv, x.dtype, casting="same_kind"):
+        raise TypeError(
+            f"x[...] = value: cannot write {dv.name} values into a {x.dtype.name} DiskArray "
+            "(NumPy's 'same_kind' rule); convert with ooc.astype first."
+        )
+    vshape = tv.shape if tv is not None else np.shape(value)
+    try:
+        if np.broadcast_shapes(vshape, sel_shape) != sel_shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"x[...] = value: a value of shape {tuple(vshape)} does not broadcast to the "
+            f"selection's shape {sel_shape}."
+        ) from None
+    if tv is None:
+        value = np.asarray(value, dv)
+    else:
+        value = value._concrete_file("x[...] = value")
+    if not f.is_scratch:  # named: written whole, atomically
+        copy = x._copy(None, "x[...] = value")
+        set_item(copy, key, value if tv is None else _wrap_value(value))
+        update_(x, copy)
+        return
+    if any(n == 0 for n in sel_shape) or not x.shape:
+        if not x.shape:
+            f.write(None, np.asarray(_value_block(value, vshape, (), 0, 1), x.dtype))
+        return
+    _write_slabs(f, index, sel_shape, value, vshape, get_budget(None))
+
+
+def _wrap_value(f):
+    from ._array import DiskArray
+
+    return DiskArray._wrap(f) if isinstance(f, PagedFile) else f
+
+
+def _write_slabs(f: PagedFile, index, sel_shape, value, vshape, budget) -> None:
+    first = index[0]
+    rest_box = []  # the bounding box of the selection on axes 1..n, and the view in it
+    rest_view = []
+    for entry in index[1:]:
+        if entry[0] == "int":
+            rest_box.append(slice(entry[1], entry[1] + 1))
+            rest_view.append(0)
+            continue
+        _, start, step, count = entry
+        lo = start if step > 0 else start + step * (count - 1)
+        hi = (start + step * (count - 1) + 1) if step > 0 else start + 1
+        if count == 0:
+            lo = hi = 0
+        rest_box.append(slice(lo, hi))
+        rest_view.append(
+            slice(
+                start - lo,
+                None if step < 0 and start - lo + step * count < 0 else start - lo + step * count,
+                step,
+            )
+        )
+    row_bytes = math.prod(s.stop - s.start for s in rest_box) * f.dtype.itemsize
+    if first[0] == "int":
+        slabs = [(first[1], first[1] + 1, 0, 1, True)]
+    else:
+        _, start, step, count = first
+        per = max(1, budget.nbytes // 4 // max(row_bytes * abs(step), 1))
+        slabs = []
+        for j0 in range(0, count, per):
+            j1 = min(count, j0 + per)
+            a, b = start + step * j0, start + step * (j1 - 1)
+            slabs.append((min(a, b), max(a, b) + 1, j0, j1, False))
+    for lo, hi, j0, j1, scalar_row in slabs:
+        box = (slice(lo, hi), *rest_box)
+        block = f.read(box)
+        if scalar_row:
+            view = (0, *rest_view)
+        else:
+            step = first[2]
+            a = first[1] + step * j0 - lo
+            stop = a + step * (j1 - j0)
+            view = (slice(a, stop if stop >= 0 else None, step), *rest_view)
+        with np.errstate(all="ignore"):
+            block[view] = _value_block(value, vshape, sel_shape, j0, j1, whole=scalar_row)
+        f.write(box, block)
