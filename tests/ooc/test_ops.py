@@ -68,8 +68,8 @@ def test_matmul_matches_numpy_and_jax_grad(rng, tiny_budget, dtype, mkn, t):
 def test_matmul_refuses_mismatched_shapes():
     with pytest.raises(ValueError, match="inner dimensions"):
         ooc.matmul(disk(np.ones((3, 4), np.float32)), disk(np.ones((5, 2), np.float32)))
-    with pytest.raises(ValueError, match="2-D"):
-        ooc.matmul(disk(np.ones((3,), np.float32)), disk(np.ones((3, 2), np.float32)))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        ooc.matmul(disk(np.ones((3, 2), np.float32)), np.float32(2))
 
 
 # ---------------------------------------------------------------- reductions
@@ -226,12 +226,13 @@ def test_scalar_operands_python_and_traced(rng, tiny_budget, dtype):
     np.testing.assert_allclose(gx.to_numpy(force=True), wx, **tol(dtype))
 
 
-def test_numpy_operands_join_on_disk_and_jax_arrays_are_refused_with_advice():
+def test_in_memory_operands_join_on_disk_and_traced_arrays_are_refused_with_advice():
     x = disk(np.ones((3, 3), np.float32))
     bias = np.arange(3, dtype=np.float32)
     np.testing.assert_array_equal(ooc.add(x, bias).to_numpy(), np.ones((3, 3)) + bias)
-    with pytest.raises(TypeError, match="from_numpy"):
-        ooc.add(x, jnp.ones((3, 3), np.float32))  # may be a tracer: no silent host copy
+    np.testing.assert_array_equal(ooc.add(x, jnp.asarray(bias)).to_numpy(), np.ones((3, 3)) + bias)
+    with pytest.raises(TypeError, match="from_numpy"):  # a traced array has no data to copy
+        jax.jit(lambda a, b: ooc.add(a, b))(x, jnp.asarray(bias))
 
 
 # ---------------------------------------------------------------- layout
@@ -289,14 +290,12 @@ def test_slice_rows_and_tile(rng, tiny_budget):
     )
 
 
-def test_unsupported_indices_are_refused():
+def test_out_of_range_and_mask_indices_are_refused():
     x = disk(np.ones((4, 4), np.float32))
-    with pytest.raises(TypeError, match="unit steps"):
-        x[::2]
-    with pytest.raises(TypeError, match="ints or unit-step slices"):
-        x[np.array([0, 1])]
     with pytest.raises(IndexError, match="out of bounds"):
         x[9]
+    with pytest.raises(IndexError, match="where"):
+        x[x > 0]  # a mask's result size depends on the data
 
 
 def test_empty_arrays(tiny_budget):

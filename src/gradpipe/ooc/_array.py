@@ -57,11 +57,11 @@ def _reduction(name: str):
             given = ["out"] * (out is not None) + sorted(other)
             raise TypeError(
                 f"DiskArray.{name}() does not take {', '.join(given)} (results are new "
-                f"arrays, over whole axes). Call ooc.{name}(x, axis, keepdims)."
+                f"arrays, over whole axes). Call ooc.{name}(x, axis=..., keepdims=...)."
             )
         if dtype is not None:  # NumPy's `dtype=`: accumulate in that dtype
             self = ops.astype(self, dtype, budget=budget)
-        return getattr(ops, name)(self, axis, keepdims, budget=budget)
+        return getattr(ops, name)(self, axis=axis, keepdims=keepdims, budget=budget)
 
     method.__name__ = name
     method.__doc__ = f"See `gradpipe.ooc.{name}` (``dtype=`` converts first, as NumPy's)."

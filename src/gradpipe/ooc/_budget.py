@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from gradpipe.core import parse_size
 
@@ -139,6 +139,7 @@ def plan_tiles(
     *,
     what: str,
     cost_for: Callable[[tuple[int, ...]], float] | None = None,
+    thin_ok: Collection[int] = (),
 ) -> tuple[int, ...]:
     """The tile (one size per loop axis) whose working set fits ``budget``.
 
@@ -146,7 +147,9 @@ def plan_tiles(
     (inputs double buffered, accumulators, kernel temporaries). Starting from the
     whole loop, one axis is halved at a time until the working set fits: the axis
     whose halving gives the lowest ``cost_for`` (the I/O of the whole loop, say),
-    ties going to the biggest saving of bytes. Raises `MemoryError` naming the
+    ties going to the biggest saving of bytes. Sides are kept at least `MIN_SIDE`
+    while another axis can be cut, except the axes in ``thin_ok`` (a stack's batch
+    axes, whose size the kernel does not care about). Raises `MemoryError` naming the
     operation when even a tile of one element per axis does not fit.
     """
     tile = list(loop_shape)
@@ -158,7 +161,7 @@ def plan_tiles(
                 continue
             trial = (*tile[:ax], _halve(t), *tile[ax + 1 :])
             # sides below MIN_SIDE make kernels inefficient: only when nothing else is left
-            thin = _halve(t) < min(MIN_SIDE, loop_shape[ax])
+            thin = ax not in thin_ok and _halve(t) < min(MIN_SIDE, loop_shape[ax])
             key = (thin, cost(trial), bytes_for(trial), -t)
             if best_key is None or key < best_key:
                 best, best_key = ax, key

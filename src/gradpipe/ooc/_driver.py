@@ -147,7 +147,14 @@ class Driver:
 
         loop = out_shape + red_shape
         what = f"{self.name} ({phase}, {len(inputs)} inputs)"
-        tile = plan_tiles(loop, bytes_for, self.budget, what=what, cost_for=cost_for)
+        tile = plan_tiles(
+            loop,
+            bytes_for,
+            self.budget,
+            what=what,
+            cost_for=cost_for,
+            thin_ok=op.thin_axes(*shapes),
+        )
         return out_shape, red_shape, tuple(max(t, 1) for t in tile)  # empty axes: one step
 
     def _steps(self, op, shapes, out_shape, red_shape, tile):

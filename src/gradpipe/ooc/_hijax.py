@@ -243,15 +243,17 @@ def as_input(x, dtype, what: str):
     """``x`` as an operation input: a DiskArray (or traced one), or a 0-d JAX value."""
     if type_of(x) is not None:
         return x
-    if isinstance(x, np.ndarray) and x.shape:
-        # an in-memory NumPy operand (a bias vector, a mask) is written to scratch
-        # once and read tile by tile like any other input
+    concrete = not isinstance(x, jax.core.Tracer)
+    if concrete and np.ndim(x):
+        # an in-memory operand (a bias vector, a mask, a NumPy or concrete JAX array)
+        # is written to scratch once and read tile by tile like any other input
         return DiskArray.from_numpy(np.asarray(x, dtype))
     arr = jnp.asarray(x, dtype=dtype)
     if arr.shape != ():
         raise TypeError(
-            f"{what}: in-memory JAX operands must be scalars, got shape {arr.shape}. "
-            "Convert arrays with DiskArray.from_numpy(np.asarray(a)) first."
+            f"{what}: a traced in-memory operand must be a scalar, got shape {arr.shape} "
+            "(its values are not known while JAX traces, so it cannot be written to disk). "
+            "Pass it as a DiskArray: DiskArray.from_numpy(np.asarray(a)) outside the trace."
         )
     return arr
 

@@ -37,8 +37,22 @@ def run_forward(kernel: Callable, params: tuple, blocks) -> np.ndarray:
 
 
 def run_in_jax(kernel: Callable, params: tuple, values):
-    """``kernel(jax.numpy, *values, **params)``: the same kernel on in-memory values."""
-    return kernel(jnp, *values, **dict(params))
+    """The same kernel on in-memory values: with NumPy when every value is concrete
+    (so 0-d results have NumPy's values, special cases included, as DiskArray
+    results do), with ``jax.numpy`` when one is traced. Either way a JAX array."""
+    python = (bool, int, float, complex)
+    if any(isinstance(v, jax.core.Tracer) for v in values) or all(
+        isinstance(v, python) for v in values
+    ):
+        return kernel(jnp, *values, **dict(params))
+    arrays = [v if isinstance(v, python) else np.asarray(v) for v in values]
+    out = run_forward(kernel, params, arrays)
+    dtype = out.dtype
+    if dtype.itemsize == 8 and dtype.kind in "iuf" or dtype == np.complex128:
+        from ._promotion import check_x64
+
+        check_x64(dtype, "this 0-d result")
+    return jnp.asarray(out)
 
 
 @functools.lru_cache(maxsize=4096)

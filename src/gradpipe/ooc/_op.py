@@ -133,6 +133,12 @@ class BlockParallelOp(_OpBase):
         """
         return ()
 
+    def thin_axes(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+        """Loop axes a tile may cut below the planner's minimum side at no cost to the
+        kernel (default none): a stack of matrices' batch axes, say, where a tile of
+        one matrix runs the same BLAS call as a tile of many."""
+        return ()
+
     def index_map(self, out_region: Region, red_region: Region, *shapes) -> Sequence[Region | None]:
         """The region of each input that one step reads. Subclasses define it.
 

@@ -23,7 +23,6 @@ from ._layout import getitem, slice_rows, slice_tile, transpose
 from ._linalg import *  # noqa: F403
 from ._manipulation import *  # noqa: F403
 from ._matmul import matmul
-from ._reduce import max, mean, sum
 from ._searching import *  # noqa: F403
 from ._sorting import *  # noqa: F403
 from ._statistics import *  # noqa: F403
@@ -41,11 +40,8 @@ __all__ = [
     *_statistics.__all__,
     "getitem",
     "matmul",
-    "max",
-    "mean",
     "slice_rows",
     "slice_tile",
-    "sum",
     "transpose",
     "update_",
 ]

@@ -96,7 +96,6 @@ BINARY = [
     "copysign",
     "divide",
     "equal",
-    "floor_divide",
     "greater",
     "greater_equal",
     "hypot",
@@ -147,8 +146,20 @@ def _public(kernel, name: str, arity: int, doc: str):
     return fn
 
 
+def _floor_divide(xp, x1, x2):
+    """NumPy's floor division, with the standard's special cases where NumPy's differ:
+    an infinite dividend by a finite divisor is infinite (NumPy: NaN), a finite one
+    by an infinite divisor is a signed zero (NumPy: -1 or 0)."""
+    q = xp.floor_divide(x1, x2)
+    if np.dtype(q.dtype).kind != "f":
+        return q
+    ratio = x1 / x2
+    special = (xp.isinf(x1) & xp.isfinite(x2)) | (xp.isfinite(x1) & xp.isinf(x2))
+    return xp.where(special, xp.astype(ratio, q.dtype), q)
+
+
 def _make_all() -> dict:
-    made = {}
+    made = {"floor_divide": _public(_floor_divide, "floor_divide", 2, _DOC_BINARY)}
     for name in UNARY:
         made[name] = _public(_standard(name), name, 1, _DOC_UNARY)
     for name in ROUNDING:
@@ -159,7 +170,7 @@ def _make_all() -> dict:
 
 
 globals().update(_make_all())
-__all__ += [*UNARY, *ROUNDING, *BINARY]
+__all__ += [*UNARY, *ROUNDING, *BINARY, "floor_divide"]
 
 # NumPy's longer spellings, kept for existing code
 power_kernel = _standard("pow")

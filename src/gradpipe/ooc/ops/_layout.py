@@ -1,11 +1,17 @@
-"""Transpose and slicing (rows, tiles, or any basic index of slices and ints)."""
+"""Transpose and indexing: ``x[key]`` (`getitem`), rows and tiles (`slice_rows`, `slice_tile`)."""
 
 from __future__ import annotations
 
+import operator
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from .._array import DiskArray, _is_concrete
 from .._hijax import type_of
 from .._op import BlockParallelOp, apply, frozen
+from ._indexing import Gather, check_bounds, is_sparse
 
 __all__ = ["GetItem", "Transpose", "getitem", "slice_rows", "slice_tile", "transpose"]
 
@@ -38,34 +44,63 @@ class Transpose(BlockParallelOp):
 
 @frozen
 class GetItem(BlockParallelOp):
-    """``x[start:stop]`` per axis (unit step); axes in ``drop`` were indexed by an int."""
+    """Basic indexing. Per axis of ``x``: the positions ``start + step * i`` for
+    ``i < size`` (any nonzero step), or one position (``drop``: the axis goes);
+    ``new`` gives the output position and size (1, or 0 for ``x[False]``) of each
+    new axis. A tile reads the bounding region of the positions it selects; the
+    step is applied within it."""
 
     start: tuple[int, ...]
-    stop: tuple[int, ...]
+    step: tuple[int, ...]
+    size: tuple[int, ...]
     drop: tuple[bool, ...]
+    new: tuple[tuple[int, int], ...] = ()
 
     @property
     def name(self) -> str:
         return "getitem"
 
     def output_shape(self, s):
-        return tuple(b - a for a, b, d in zip(self.start, self.stop, self.drop) if not d)
+        shape = [n for n, d in zip(self.size, self.drop) if not d]
+        for pos, n in sorted(self.new):
+            shape.insert(pos, n)
+        return tuple(shape)
 
     def index_map(self, out_r, red_r, s):
-        it, region = iter(out_r), []
-        for a, d in zip(self.start, self.drop):
+        if not s:
+            return (None,)
+        if any(r.stop <= r.start for r in out_r):  # an empty tile reads nothing
+            return (tuple(slice(0, 0) for _ in s),)
+        new = {pos for pos, _ in self.new}
+        kept = iter(r for j, r in enumerate(out_r) if j not in new)
+        region = []
+        for a, k, d in zip(self.start, self.step, self.drop):
             if d:
                 region.append(slice(a, a + 1))
-            else:
-                r = next(it)
-                region.append(slice(a + r.start, a + r.stop))
+                continue
+            r = next(kept)
+            first, last = a + k * r.start, a + k * (r.stop - 1)
+            region.append(slice(min(first, last), max(first, last) + 1))
         return (tuple(region),)
 
-    def forward_block(self, x):
-        return x.reshape(tuple(n for n, d in zip(x.shape, self.drop) if not d))
+    def _strided(self, x):
+        steps = tuple(slice(None, None, 1 if d else k) for k, d in zip(self.step, self.drop))
+        return x[(*steps, Ellipsis)]  # a view, even of a 0-d block
+
+    def forward_into(self, out, x, accumulate):
+        if out.size:
+            y = self._strided(x)
+            out.reshape(y.shape)[...] = y
+
+    def forward_block(self, x):  # a 0-d output (`forward_into` writes the others)
+        return np.array(self._strided(x)).reshape(())
 
     def backward_block(self, g, x):
-        return (np.asarray(g).reshape(x.shape),)
+        z = np.zeros(x.shape, x.dtype)
+        if z.size:
+            view = self._strided(z)
+            view[...] = np.asarray(g).reshape(view.shape)
+        return (z,)
 
 
 def transpose(x, axes=None, *, budget=None):
@@ -80,41 +115,196 @@ def transpose(x, axes=None, *, budget=None):
     return apply(Transpose(axes), x, budget=budget)
 
 
-def getitem(x, index, *, budget=None):
-    """``x[index]`` for an index of unit-step slices and ints (a basic slice).
+def getitem(x, key, /, *, budget=None):
+    """``x[key]``, out of core, with NumPy's rules.
 
-    Fancy indexing (arrays, steps other than 1, ``None``) is refused with a
-    `TypeError`; read tiles you need with `slice_rows`/`slice_tile`.
+    ``key`` is one entry or a tuple of them: ints, slices with any step, ``...``,
+    ``None`` (a new axis), a 0-d bool, and integer arrays (a `DiskArray`, NumPy
+    array, list, or 0-d JAX integer; several are broadcast together and zipped
+    into coordinates, as in NumPy). Out-of-range and malformed entries raise
+    `IndexError`, as in NumPy; boolean masks are refused (their result's size
+    depends on the data). Differentiable: the gradient scatters the cotangent back
+    (adding it up where indices repeat).
+
+    **Returns:** a `DiskArray`, or a 0-d JAX array when one element is selected.
     """
     t = type_of(x)
-    index = index if isinstance(index, tuple) else (index,)
-    ellipses = [i for i, ix in enumerate(index) if ix is Ellipsis]
-    if ellipses:
-        i = ellipses[0]
-        index = index[:i] + (slice(None),) * (len(t.shape) - len(index) + 1) + index[i + 1 :]
-    if len(index) > len(t.shape):
-        raise IndexError(f"too many indices ({len(index)}) for a DiskArray of shape {t.shape}.")
-    index = index + (slice(None),) * (len(t.shape) - len(index))
-    start, stop, drop = [], [], []
-    for ax, (ix, n) in enumerate(zip(index, t.shape)):
-        if isinstance(ix, (int, np.integer)) and not isinstance(ix, bool):
-            i = int(ix) + n if ix < 0 else int(ix)
-            if not 0 <= i < n:
-                raise IndexError(f"index {ix} is out of bounds for axis {ax} of size {n}.")
-            start.append(i), stop.append(i + 1), drop.append(True)
-        elif isinstance(ix, slice):
-            a, b, step = ix.indices(n)
-            if step != 1:
-                raise TypeError(
-                    f"DiskArray slicing needs unit steps, got step {step} on axis {ax}."
-                )
-            start.append(a), stop.append(max(a, b)), drop.append(False)
+    if t is None:
+        return _in_memory_getitem(x, key)
+    items = key if isinstance(key, tuple) else (key,)
+    entries = _expand([_classify(item) for item in items], t.shape)
+    kinds = [kind for kind, _ in entries]
+    bools = kinds.count("bool")
+    if "array" in kinds or bools > 1 or (bools and "int" in kinds):
+        return _gather(x, entries, True, budget=budget)
+    start, step, size, drop, new = [], [], [], [], []
+    ax, sparse = 0, False
+    for kind, value in entries:
+        if kind in ("new", "bool"):
+            new.append((len(size) - sum(drop) + len(new), 0 if value is False else 1))
+            continue
+        n = t.shape[ax]
+        if kind == "slice":
+            a, b, k = value.indices(n)
+            start.append(a), step.append(k), size.append(len(range(a, b, k))), drop.append(False)
+            sparse = sparse or is_sparse(k, size[-1], t.shape[ax + 1 :], t.dtype.itemsize)
         else:
+            check_bounds(value, n, ax)
+            start.append(value % n), step.append(1), size.append(1), drop.append(True)
+        ax += 1
+    if sparse:
+        return _gather(x, entries, False, budget=budget)
+    if not new and not any(drop) and size == list(t.shape) and set(step) <= {1}:
+        return x  # the whole array (a view, as NumPy's x[...] is)
+    op = GetItem(tuple(start), tuple(step), tuple(size), tuple(drop), tuple(new))
+    return apply(op, x, budget=budget)
+
+
+def _gather(x, entries, advanced: bool, *, budget=None):
+    """``x[key]`` as one `Gather`, for a key expanded to ``(kind, value)`` entries
+    (see `getitem`), with NumPy's rules: with integer arrays (``advanced``), ints
+    and 0-d bools index with them, and the broadcast index dims go where the
+    indexed axes were if those are adjacent in the key, else first."""
+    t = type_of(x)
+    shape, item = t.shape, t.dtype.itemsize
+    sources: list = [None] * len(shape)
+    arrays, joint, joint_at, plain = [], [], [], []  # plain: (entry, x axis, source, size)
+    ax = 0
+    for pos, (kind, value) in enumerate(entries):
+        if kind == "new" or (kind == "bool" and not advanced):
+            plain.append((pos, None, None, 0 if value is False else 1))
+            continue
+        if kind == "bool":
+            joint.append((int(value),)), joint_at.append(pos)
+            continue
+        n = shape[ax]
+        if kind == "slice":
+            a, b, k = value.indices(n)
+            size = len(range(a, b, k))
+            how = "range" if is_sparse(k, size, shape[ax + 1 :], item) else "out"
+            plain.append((pos, ax, (how, a, k), size))
+        elif kind == "int":
+            check_bounds(value, n, ax)
+            sources[ax] = ("point", value % n)
+            if advanced:
+                joint.append(()), joint_at.append(pos)
+        else:
+            if isinstance(value, np.ndarray):
+                check_bounds(value, n, ax)
+                value = DiskArray.from_numpy(value, budget=budget)
+            sources[ax] = ("index", len(arrays))
+            arrays.append(value)
+            joint.append(tuple(np.shape(value))), joint_at.append(pos)
+        ax += 1
+    try:
+        b = tuple(np.broadcast_shapes(*joint))
+    except ValueError:
+        listed = " ".join(str(s) for s in joint)
+        raise IndexError(
+            f"shape mismatch: indexing arrays could not be broadcast together with shapes {listed}."
+        ) from None
+    adjacent = joint_at == list(range(joint_at[0], joint_at[-1] + 1)) if joint_at else True
+    b0 = sum(pos < joint_at[0] for pos, *_ in plain) if joint_at and adjacent else 0
+    out_shape = [size for *_, size in plain]
+    out_shape[b0:b0] = b
+    for i, (_, a, source, _) in enumerate(plain):
+        if a is not None:
+            sources[a] = (source[0], i if i < b0 else i + len(b), *source[1:])
+    dims = tuple(tuple(range(b0 + len(b) - len(np.shape(f)), b0 + len(b))) for f in arrays)
+    return apply(Gather(tuple(sources), dims, tuple(out_shape)), x, *arrays, budget=budget)
+
+
+def _expand(entries, shape):
+    """``entries`` with the ellipsis (or the missing trailing axes) as full slices."""
+    ellipses = sum(kind == "ellipsis" for kind, _ in entries)
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...').")
+    used = sum(kind in ("int", "slice", "array") for kind, _ in entries)
+    if used > len(shape):
+        raise IndexError(
+            f"too many indices for array: array is {len(shape)}-dimensional, but {used} "
+            "were indexed."
+        )
+    fill = [("slice", slice(None))] * (len(shape) - used)
+    if not ellipses:
+        return entries + fill
+    i = [kind for kind, _ in entries].index("ellipsis")
+    return entries[:i] + fill + entries[i + 1 :]
+
+
+def _classify(item) -> tuple[str, object]:
+    """One entry of an index as ``(kind, value)``.
+
+    Kinds: ``"slice"``, ``"new"`` (``None``), ``"ellipsis"``, ``"int"``, ``"bool"``
+    (a 0-d bool) and ``"array"`` (an integer `DiskArray`, a traced 0-d JAX integer,
+    or a NumPy integer array). Concrete 0-d integers of any kind are ints. Raises
+    `IndexError` for what NumPy refuses as an index, and for boolean masks.
+    """
+    if item is None:
+        return "new", None
+    if item is Ellipsis:
+        return "ellipsis", None
+    if isinstance(item, slice):
+        return "slice", item
+    if isinstance(item, (bool, np.bool_)):
+        return "bool", bool(item)
+    if isinstance(item, (int, np.integer)):
+        return "int", int(item)
+    t = type_of(item)
+    if t is not None or isinstance(item, jax.core.Tracer):
+        dtype, shape = np.dtype(item.dtype), tuple(item.shape)
+        if dtype.kind == "b":
+            _refuse_mask(shape)
+        if dtype.kind not in "iu":
+            raise IndexError(f"arrays used as indices must be of integer type, got {dtype}.")
+        if t is None and shape:
             raise TypeError(
-                f"DiskArray indices must be ints or unit-step slices, got {type(ix).__name__} "
-                f"on axis {ax}."
+                f"a traced in-memory index array of shape {shape} cannot index a DiskArray: "
+                "pass the indices as a DiskArray (ooc.asarray) or close over a concrete array."
             )
-    return apply(GetItem(tuple(start), tuple(stop), tuple(drop)), x, budget=budget)
+        if t is None:
+            return "array", jax.lax.convert_element_type(item, dtype)  # no longer weak
+        if not shape and isinstance(item, DiskArray) and _is_concrete(item._handle):
+            return "int", operator.index(item)
+        return "array", item
+    if isinstance(item, (list, tuple, np.ndarray, jax.Array)):
+        try:
+            a = np.asarray(item)
+        except ValueError as error:
+            raise IndexError(f"cannot use {item!r} as an index: {error}") from None
+        if a.size == 0 and a.dtype.kind not in "biu":
+            a = a.astype(np.intp)  # ``x[[]]``: an empty integer index, as in NumPy
+        if a.dtype.kind == "b":
+            if a.shape:
+                _refuse_mask(a.shape)
+            return "bool", bool(a)
+        if a.dtype.kind not in "iu":
+            raise IndexError(f"arrays used as indices must be of integer type, got {a.dtype}.")
+        return ("int", int(a)) if a.ndim == 0 else ("array", a)
+    try:
+        return "int", operator.index(item)
+    except TypeError:
+        raise IndexError(
+            "only integers, slices (`:`), ellipsis (`...`), None and integer arrays are "
+            f"valid indices, got {type(item).__name__} {item!r}."
+        ) from None
+
+
+def _refuse_mask(shape) -> None:
+    raise IndexError(
+        f"boolean-mask indexing (a bool index of shape {tuple(shape)}) is not supported "
+        "out of core: its result's size depends on the data, which JAX cannot trace "
+        "(__array_namespace_info__().capabilities()['boolean indexing'] is False). Keep "
+        "the shape with ooc.where(mask, x, 0), or find the indices in memory "
+        "(np.nonzero) and index with them."
+    )
+
+
+def _in_memory_getitem(x, key):
+    """``x[key]`` for an in-memory ``x`` (DiskArray entries are read, within the budget)."""
+    items = key if isinstance(key, tuple) else (key,)
+    items = tuple(k.to_numpy() if type_of(k) is not None else k for k in items)
+    return jnp.asarray(x)[items if isinstance(key, tuple) else items[0]]
 
 
 def slice_rows(x, start: int, stop: int, *, budget=None):

@@ -1,5 +1,256 @@
-"""Searching functions of the array API standard (argmax, argmin, ...), out of core."""
+"""The searching functions of the array API standard (argmax, argmin, count_nonzero,
+searchsorted), out of core. (`where` is elementwise: `_elementwise`.)
+
+Their results are indices or counts in the default index dtype, int64, and carry no
+gradient: as for JAX's integer outputs, `jax.grad` through them gives zero.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import itertools
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._budget import plan_tiles
+from .._hijax import type_of
+from .._op import BlockParallelOp, CustomOp, apply, frozen
+from .._promotion import check_x64
+from ._reduce import Reduction, normalize_axes, reduce
+
+__all__ = ["argmax", "argmin", "count_nonzero", "searchsorted"]
+
+_INDEX = np.dtype(np.int64)
+
+
+# ---------------------------------------------------------------- argmax, argmin
+
+
+def _better(kind, v, i, best_v, best_i):
+    """Where ``(v, i)`` beats ``(best_v, best_i)``: a larger (smaller) value, NaN
+    beating numbers, and on a tie the smaller index, as NumPy's first occurrence."""
+    if v.dtype.kind in "fc":
+        nan, best_nan = np.isnan(v), np.isnan(best_v)
+    else:
+        nan = best_nan = np.zeros(v.shape, bool)
+    with np.errstate(invalid="ignore"):
+        wins = v > best_v if kind == "max" else v < best_v
+        ties = (v == best_v) | (nan & best_nan)
+    return (wins & ~best_nan) | (nan & ~best_nan) | (ties & (i < best_i))
+
+
+@frozen
+class ArgExtremum(CustomOp):
+    """The index of the first maximum (``kind="max"``) or minimum along ``axis``
+    (``None``: over the flattened array, in C order), NaN counting as the extremum.
+
+    Each output tile keeps the best value and its index seen so far while the tiles
+    of the reduced axes are read one by one.
+    """
+
+    kind: str
+    axis: int | None
+    keepdims: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"arg{self.kind}"
+
+    def _axes(self, ndim):
+        return tuple(range(ndim)) if self.axis is None else (self.axis,)
+
+    def output_shape(self, s):
+        axes = self._axes(len(s))
+        return tuple(
+            1 if a in axes else n for a, n in enumerate(s) if self.keepdims or a not in axes
+        )
+
+    def output_dtype(self, dx):
+        return _INDEX
+
+    def _block_best(self, block, region, shape, axes):
+        """The best value and its index over the reduced axes of one block."""
+        kept = [a for a in range(block.ndim) if a not in axes]
+        moved = np.transpose(block, kept + list(axes))
+        lead = moved.shape[: len(kept)]
+        flat = moved.reshape(*lead, -1)
+        local = (np.argmax if self.kind == "max" else np.argmin)(flat, axis=-1)
+        value = np.take_along_axis(flat, local[..., None], axis=-1)[..., 0]
+        coords = np.unravel_index(local, tuple(block.shape[a] for a in axes))
+        coords = [c + region[a].start for c, a in zip(coords, axes)]
+        index = np.ravel_multi_index(coords, tuple(shape[a] for a in axes))
+        return value, np.asarray(index, _INDEX)
+
+    def forward(self, driver, x):
+        shape, axes = tuple(x.shape), self._axes(len(x.shape))
+        item = np.dtype(x.dtype).itemsize
+
+        def bytes_for(tile):
+            kept = math.prod(t for a, t in enumerate(tile) if a not in axes)
+            return 3 * math.prod(tile) * item + 4 * kept * (item + 8)
+
+        tile = [max(t, 1) for t in plan_tiles(shape, bytes_for, driver.budget, what=self.name)]
+        out_shape = self.output_shape(shape)
+        out = driver.allocate(out_shape, _INDEX) if out_shape else None
+        grid = [range(0, n, t) for n, t in zip(shape, tile)]
+        kept_grid = [[0] if a in axes else g for a, g in enumerate(grid)]
+        result = None
+        try:
+            for corner in itertools.product(*kept_grid):
+                best_v = best_i = None
+                for red in itertools.product(*[grid[a] for a in axes]):
+                    starts = list(corner)
+                    for a, s in zip(axes, red):
+                        starts[a] = s
+                    region = tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
+                    v, i = self._block_best(driver.read(x, region), region, shape, axes)
+                    if best_v is None:
+                        best_v, best_i = v, i
+                    else:
+                        take = _better(self.kind, v, i, best_v, best_i)
+                        best_v, best_i = np.where(take, v, best_v), np.where(take, i, best_i)
+                if out is None:
+                    result = np.asarray(best_i, _INDEX).reshape(())
+                    continue
+                if self.keepdims:
+                    best_i = np.expand_dims(best_i, axes)
+                out_r = tuple(
+                    slice(0, 1) if a in axes else slice(s, min(s + t, n))
+                    for a, (s, t, n) in enumerate(zip(corner, tile, shape))
+                    if self.keepdims or a not in axes
+                )
+                out.write(out_r, best_i)
+        except BaseException:
+            if out is not None:
+                out.discard()
+            raise
+        return result if out is None else out.commit()
+
+
+def _arg(kind, x, axis, keepdims, budget):
+    name = f"arg{kind}"
+    t = type_of(x)
+    shape = t.shape if t is not None else np.shape(x)
+    if axis is not None:
+        if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+            raise TypeError(f"{name}: axis must be an int or None, got {axis!r}.")
+        (axis,) = normalize_axes(axis, len(shape))
+    if math.prod(shape) == 0 and (axis is None or shape[axis] == 0):
+        raise ValueError(f"{name}: attempt to get {name} of an empty sequence (shape {shape}).")
+    if t is None:
+        check_x64(_INDEX, f"the result of {name}")
+        fn = jnp.argmax if kind == "max" else jnp.argmin
+        return jnp.asarray(fn(jnp.asarray(x), axis=axis, keepdims=bool(keepdims)), _INDEX)
+    return apply(ArgExtremum(kind, axis, bool(keepdims)), x, budget=budget)
+
+
+def argmax(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None):
+    """The index of the first maximum of ``x`` along ``axis`` (``None``: of the
+    flattened array), out of core; a NaN is the maximum, as in NumPy.
+
+    **Returns:** an int64 `DiskArray`, or a 0-d JAX array (``jax_enable_x64`` on).
+    No gradient.
+    """
+    return _arg("max", x, axis, keepdims, budget)
+
+
+def argmin(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None):
+    """The index of the first minimum of ``x`` along ``axis``; see `argmax`."""
+    return _arg("min", x, axis, keepdims, budget)
+
+
+# ---------------------------------------------------------------- count_nonzero
+
+
+@frozen
+class CountNonzero(Reduction):
+    """How many elements along ``axes`` are nonzero (NaN is), as int64."""
+
+    @property
+    def name(self) -> str:
+        return "count_nonzero"
+
+    def output_dtype(self, dx):
+        return _INDEX
+
+    def forward_block(self, x):
+        return np.sum(x != 0, axis=self.axes, keepdims=self.keepdims, dtype=_INDEX)
+
+
+def count_nonzero(x, /, *, axis=None, keepdims: bool = False, budget=None):
+    """The number of nonzero elements of ``x`` along ``axis``, out of core.
+
+    **Returns:** an int64 `DiskArray`, or a 0-d JAX array (``jax_enable_x64`` on).
+    """
+    return reduce(lambda axes: CountNonzero(axes, bool(keepdims)), x, axis, budget)
+
+
+# ---------------------------------------------------------------- searchsorted
+
+
+@frozen
+class SearchSorted(BlockParallelOp):
+    """For each element ``v`` of ``x2``, how many elements of ``x1`` sort before it
+    (``side="left"``) or not after it (``"right"``): the insertion index in sorted
+    ``x1``. A sum over tiles of ``x1`` of each tile's count, so ``x1`` is never whole
+    in memory; with ``sort_tiles`` each tile of an unsorted ``x1`` is sorted first."""
+
+    side: str = "left"
+    sort_tiles: bool = False
+
+    @property
+    def name(self) -> str:
+        return "searchsorted"
+
+    def output_shape(self, s1, s2):
+        return s2
+
+    def output_dtype(self, d1, d2):
+        return _INDEX
+
+    def reduction_shape(self, s1, s2):
+        return s1
+
+    def index_map(self, out_r, red_r, s1, s2):
+        return (red_r, out_r if s2 else None)
+
+    def forward_block(self, a, v):
+        a = np.sort(a) if self.sort_tiles else a
+        return np.searchsorted(a, v, side=self.side).astype(_INDEX)
+
+
+def searchsorted(x1, x2, /, *, side: str = "left", sorter=None, budget=None):
+    """The indices where the elements of ``x2`` would be inserted into the 1-d ``x1``
+    (sorted ascending, or put in order by the permutation ``sorter``) to keep it
+    sorted, out of core; ``side`` says whether an equal element goes left or right.
+
+    A count of the elements of ``x1`` before each value does not depend on their
+    order, so with a ``sorter`` each tile of ``x1`` is sorted in memory instead of
+    gathering ``x1[sorter]``; ``sorter`` itself is not read.
+
+    **Returns:** an int64 array shaped like ``x2`` (a 0-d JAX array for a scalar).
+    """
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}.")
+    t1, t2 = type_of(x1), type_of(x2)
+    s1 = t1.shape if t1 is not None else np.shape(x1)
+    if len(s1) != 1:
+        raise ValueError(f"searchsorted: x1 must be 1-d, got shape {tuple(s1)}.")
+    if sorter is not None:
+        ts = type_of(sorter)
+        s_shape = ts.shape if ts is not None else np.shape(sorter)
+        if tuple(s_shape) != tuple(s1):
+            raise ValueError(
+                f"searchsorted: sorter must have x1's shape {tuple(s1)}, got {tuple(s_shape)}."
+            )
+    if t1 is None and t2 is None:
+        check_x64(_INDEX, "the result of searchsorted")
+        out = jnp.searchsorted(jnp.asarray(x1), jnp.asarray(x2), side=side, sorter=sorter)
+        return jnp.asarray(out, _INDEX)
+    if t1 is None:
+        raise TypeError(
+            "searchsorted: x1 must be a DiskArray when x2 is one (convert it with "
+            "DiskArray.from_numpy)."
+        )
+    return apply(SearchSorted(side, sorter is not None), x1, x2, budget=budget)
