@@ -68,8 +68,9 @@ def test_a_disk_array_names_its_namespace_device_and_dtypes():
         x.to_device("cuda:0")
     assert x.dtype == ooc.float32 and x.ndim == 2 and x.size == 6
     assert (x.mT.shape, x.T.shape) == ((3, 2), (3, 2))
-    with pytest.raises(TypeError, match="DLPack"):
-        x.__dlpack__()
+    np.testing.assert_array_equal(np.from_dlpack(x), np.arange(6.0, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(BufferError, match="copy"):
+        x.__dlpack__(copy=False)
 
 
 def test_inspection_reports_what_the_namespace_supports():
@@ -97,7 +98,9 @@ def test_data_type_functions_answer_as_numpy():
     with pytest.raises(ValueError, match="besides scalars"):
         ooc.result_type(1, 2.0)
     assert ooc.can_cast(x, ooc.int64) and not ooc.can_cast(ooc.float64, ooc.float32)
-    assert ooc.finfo(ooc.float32).eps == np.finfo(np.float32).eps
+    info = ooc.finfo(ooc.complex64)
+    assert info.eps == np.finfo(np.float32).eps and type(info.eps) is float
+    assert info.dtype == np.float32 and info.bits == 32
     assert ooc.iinfo(x).max == 127
     assert ooc.isdtype(ooc.uint8, "unsigned integer") and ooc.isdtype(ooc.int8, "integral")
     assert ooc.isdtype(ooc.float64, ("bool", "real floating"))

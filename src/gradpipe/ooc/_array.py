@@ -382,14 +382,21 @@ class DiskArray:
             )
         return fn(*inputs)
 
-    def __dlpack__(self, *args, **kwargs):
-        raise TypeError(
-            "a DiskArray's data is on disk and has no DLPack buffer; read it with "
-            "x.to_numpy() (within the memory budget) first."
-        )
+    def __dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of a copy of the data read into host memory (refused with
+        a `MemoryError` above the budget, as `to_numpy`; ``copy=False`` is a
+        `BufferError`: the data on disk cannot be shared)."""
+        if copy is False:
+            raise BufferError(
+                "a DiskArray's data is on disk: DLPack can only carry a copy of it in memory "
+                "(pass copy=None or copy=True)."
+            )
+        kwargs = {} if max_version is None else {"max_version": max_version}
+        return self.to_numpy().__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self):
-        raise TypeError("a DiskArray's data is on disk and has no DLPack device.")
+        """The host CPU, where the copy `__dlpack__` exports lives."""
+        return (1, 0)  # DLPack's kDLCPU, device 0
 
     # -- operations (thin forwards to gradpipe.ooc.ops) --------------------------
 

@@ -7,9 +7,11 @@ answer as NumPy 2 does.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-__all__ = ["can_cast", "finfo", "iinfo", "isdtype", "result_type"]
+__all__ = ["FloatInfo", "can_cast", "finfo", "iinfo", "isdtype", "result_type"]
 
 
 def _dtype_of(x) -> np.dtype | None:
@@ -51,9 +53,33 @@ def can_cast(from_, to, /) -> bool:
     return bool(np.can_cast(dtype, np.dtype(to), casting="safe"))
 
 
-def finfo(type, /):
-    """Machine limits of a floating dtype (or an array's): NumPy's `finfo`."""
-    return np.finfo(_dtype_of(type))
+@dataclasses.dataclass(frozen=True)
+class FloatInfo:
+    """Machine limits of a floating dtype, as the standard gives them: Python floats
+    (NumPy's `finfo` gives NumPy scalars). For a complex dtype, those of its parts."""
+
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: np.dtype
+
+
+def finfo(type, /) -> FloatInfo:
+    """Machine limits of a floating or complex dtype (or an array's), as Python floats."""
+    dtype = _dtype_of(type)
+    if dtype is None or dtype.kind not in "fc":
+        raise TypeError(f"finfo: {type!r} is not a floating or complex dtype or array.")
+    info = np.finfo(dtype)
+    return FloatInfo(
+        bits=int(info.bits),
+        eps=float(info.eps),
+        max=float(info.max),
+        min=float(info.min),
+        smallest_normal=float(info.smallest_normal),
+        dtype=np.dtype(info.dtype),  # float32 for complex64, as the standard says
+    )
 
 
 def iinfo(type, /):
