@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# Two workers (pytest-xdist): the suite keeps both cores of the 2-core machines busy.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # The site (mkdocs-material + mkdocstrings) into site/. --strict turns every warning
 # into a failure: a broken link, a missing anchor, an unresolved cross-reference.

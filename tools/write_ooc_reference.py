@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pathlib
+import types
 
 MARKER = "<!-- the namespace, by family: written by tools/write_ooc_reference.py -->"
 PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "reference" / "ooc.md"
@@ -41,11 +42,18 @@ FAMILIES = [
     ("Indexing", "", ("ops._layout", "ops._indexing")),
     ("Linear algebra", "", ("ops._matmul", "ops._linalg")),
     ("In-place update", "", ("ops._update",)),
+    (
+        "Extensions",
+        "The standard's `linalg` and `fft` extensions, as sub-namespaces of `gradpipe.ooc`.",
+        ("extension",),
+    ),
 ]
 
 
 def _module_of(ooc, name: str) -> str | None:
     obj = getattr(ooc, name)
+    if isinstance(obj, types.ModuleType):  # the linalg and fft extensions
+        return "extension"
     module = getattr(obj, "__module__", None)
     known = {f"gradpipe.ooc.{m}" for family in FAMILIES for m in family[2]}
     if (isinstance(obj, type) or callable(obj)) and module in known:
@@ -71,7 +79,7 @@ def main() -> None:
             continue
         module = _module_of(ooc, name)
         for title, _, mods in FAMILIES:
-            if module in {f"gradpipe.ooc.{m}" for m in mods}:
+            if module in {f"gradpipe.ooc.{m}" for m in mods} or module in mods:
                 placed[title].append(name)
                 break
         else:

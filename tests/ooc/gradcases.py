@@ -25,6 +25,11 @@ from gradpipe.ooc._hijax import type_of
 # every case's arrays (a few KiB) are cut into several tiles at this budget
 TILE_BUDGET = 4096  # the minimum
 DTYPES = ("float32", "float64")
+# (dtype, jit) pairs each case runs in: float32 as most users run JAX (eager and
+# jitted), float64 jitted (x64 and tracing together); eager float64 adds little
+# beyond these and would cost a quarter of the table's time
+MODES = [("float32", False), ("float32", True), ("float64", True)]
+MODE_IDS = ["float32-eager", "float32-jit", "float64-jit"]
 TOLERANCE = {"float32": dict(rtol=2e-4, atol=2e-5), "float64": dict(rtol=1e-9, atol=1e-11)}
 
 

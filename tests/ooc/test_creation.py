@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gradcases import DTYPES, GradCase, check
+from gradcases import MODE_IDS, MODES, GradCase, check
 
 from gradpipe import ooc
 
@@ -149,8 +149,7 @@ GRAD_CASES = [
 CASES = GRAD_CASES
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, jit", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_creation_gradients_equal_jax(case, dtype, jit):
     check(case, dtype, jit)

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gradcases import DTYPES, GradCase, check
+from gradcases import MODE_IDS, MODES, GradCase, check
 
 from gradpipe import ooc
 from gradpipe.ooc._hijax import type_of
@@ -321,12 +321,22 @@ CASES = [
         lambda xp, x: xp.take_along_axis(x, np.array([[[2], [0], [2]]]), axis=0),
         ((3, 3, 4),),
     ),
+    GradCase("transpose", lambda xp, x: x.T * 2.0, ((37, 29),)),
+    GradCase(
+        "slice_rows",
+        lambda xp, x: x[3:30] if xp is not ooc else ooc.slice_rows(x, 3, 30),
+        ((37, 29),),
+    ),
+    GradCase(
+        "slice_tile",
+        lambda xp, x: x[3:30, 2:9] if xp is not ooc else ooc.slice_tile(x, (3, 30), (2, 9)),
+        ((37, 29),),
+    ),
 ]
 
 
+@pytest.mark.parametrize("dtype, jit", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("jit", [False, True])
 def test_gradients(case, dtype, jit):
     check(case, dtype, jit)
 

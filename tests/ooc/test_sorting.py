@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gradcases import DTYPES, GradCase, check
+from gradcases import MODE_IDS, MODES, GradCase, check
 
 from gradpipe import ooc
 
@@ -63,8 +63,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, jit", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_sort_gradients_equal_jax(case, dtype, jit):
     check(case, dtype, jit)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gradcases import DTYPES, GradCase, check
+from gradcases import MODE_IDS, MODES, GradCase, check
 
 from gradpipe import ooc
 from gradpipe.ooc import Driver
@@ -344,9 +344,8 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("dtype, jit", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("jit", [False, True])
 def test_gradient_matches_jax(case, dtype, jit):
     check(case, dtype, jit)
 

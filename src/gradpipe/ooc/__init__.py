@@ -61,6 +61,8 @@ from .ops import __all__ as _ops_all
 
 _install_equinox_filters()  # eqx.filter_grad & co. see DiskArrays as arrays
 
+from . import fft, linalg  # noqa: E402
+
 __array_api_version__ = "2024.12"
 """The version of the Python array API standard this namespace implements."""
 
@@ -111,5 +113,7 @@ __all__ = [
     "from_zarr",
     "to_memmap",
     "to_zarr",
+    "fft",
+    "linalg",
     *_ops_all,
 ]

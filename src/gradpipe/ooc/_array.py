@@ -444,6 +444,7 @@ class DiskArray:
         from ._setitem import set_item
 
         set_item(self, key, value)
+
     T = property(_forward("transpose"))
     mT = property(_forward("matrix_transpose"))
     sum = _reduction("sum")

@@ -48,7 +48,7 @@ def run_in_jax(kernel: Callable, params: tuple, values):
     arrays = [v if isinstance(v, python) else np.asarray(v) for v in values]
     out = run_forward(kernel, params, arrays)
     dtype = out.dtype
-    if dtype.itemsize == 8 and dtype.kind in "iuf" or dtype == np.complex128:
+    if (dtype.itemsize == 8 and dtype.kind in "iuf") or dtype == np.complex128:
         from ._promotion import check_x64
 
         check_x64(dtype, "this 0-d result")

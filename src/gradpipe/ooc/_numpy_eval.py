@@ -479,3 +479,217 @@ _RULES: dict[str, Callable] = {
 _RULES["stop_gradient"] = _unary(lambda x: x)
 _RULES["optimization_barrier"] = lambda *xs, **_: list(xs)
 _ = math
+
+
+# ------------------------------------------------- FFTs and dense linear algebra
+
+
+def _fft(x, fft_type, fft_lengths, **_):
+    """XLA's FFT over the trailing ``len(fft_lengths)`` axes (its IFFT divides by n)."""
+    kind = getattr(fft_type, "name", str(fft_type)).rsplit(".", 1)[-1].upper()
+    axes = tuple(range(-len(fft_lengths), 0))
+    if kind == "FFT":
+        return np.fft.fftn(x, axes=axes)
+    if kind == "IFFT":
+        return np.fft.ifftn(x, axes=axes)
+    if kind == "RFFT":
+        return np.fft.rfftn(x, s=tuple(fft_lengths), axes=axes)
+    return np.fft.irfftn(x, s=tuple(fft_lengths), axes=axes)
+
+
+def _cholesky(x, **_):
+    """The lower factor; NaNs for a matrix that is not positive definite (as JAX gives,
+    where NumPy raises)."""
+    try:
+        return np.linalg.cholesky(x)
+    except np.linalg.LinAlgError:
+        return np.full_like(x, np.nan)
+
+
+def _eigh(x, lower=True, sort_eigenvalues=True, subset_by_index=None, **_):
+    if subset_by_index is not None and tuple(subset_by_index) != (0, x.shape[-1]):
+        raise NotImplementedError("eigh with subset_by_index has no host rule.")
+    w, v = np.linalg.eigh(x, UPLO="L" if lower else "U")
+    return [v, w]
+
+
+def _svd(x, full_matrices, compute_uv, subset_by_index=None, **_):
+    if subset_by_index is not None and tuple(subset_by_index) != (0, min(x.shape[-2:])):
+        raise NotImplementedError("svd with subset_by_index has no host rule.")
+    if not compute_uv:
+        return [np.linalg.svd(x, compute_uv=False)]
+    u, s, vh = np.linalg.svd(x, full_matrices=full_matrices)
+    return [s, u, vh]
+
+
+def _qr(x, full_matrices, pivoting=False, **_):
+    if pivoting:
+        raise NotImplementedError("qr with pivoting has no host rule.")
+    q, r = np.linalg.qr(x, mode="complete" if full_matrices else "reduced")
+    return [q, r]
+
+
+def _lu(x, **_):
+    """LU with partial pivoting per matrix: the factors, LAPACK's pivots (0-based) and
+    the row permutation they make, as JAX's ``lu``."""
+    from scipy.linalg import lu_factor
+
+    m, n = x.shape[-2:]
+    lu = np.empty_like(x)
+    pivots = np.empty((*x.shape[:-2], min(m, n)), np.int32)
+    perm = np.empty((*x.shape[:-2], m), np.int32)
+    for b in np.ndindex(x.shape[:-2]):
+        lu[b], piv = lu_factor(x[b], check_finite=False)
+        pivots[b] = piv[: min(m, n)]
+        order = np.arange(m)
+        for i, p in enumerate(pivots[b]):
+            order[i], order[p] = order[p], order[i]
+        perm[b] = order
+    return [lu, pivots, perm]
+
+
+def _triangular_solve(a, b, left_side, lower, transpose_a, conjugate_a, unit_diagonal, **_):
+    """``op(a) x = b`` (or ``x op(a) = b``) for the triangle of ``a`` named by ``lower``."""
+    a = np.tril(a) if lower else np.triu(a)
+    if unit_diagonal:
+        a = a.copy()
+        idx = np.arange(a.shape[-1])
+        a[..., idx, idx] = 1
+    if transpose_a:
+        a = np.swapaxes(a, -1, -2)
+    if conjugate_a:
+        a = np.conj(a)
+    if left_side:
+        return np.linalg.solve(a, b)
+    return np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
+
+
+def _custom_linear_solve(*args, const_lengths, jaxprs, **_):
+    """The ``solve`` branch, as JAX's own implementation runs it."""
+    lengths = list(const_lengths)
+    offsets = np.cumsum([0, *lengths])
+    solve_consts = list(args[offsets[2] : offsets[3]])
+    b = list(args[offsets[-1] :])
+    return _eval(jaxprs.solve.jaxpr, jaxprs.solve.consts, solve_consts + b)
+
+
+def _mode_name(mode) -> str:
+    return getattr(mode, "name", str(mode)).rsplit(".", 1)[-1].upper()
+
+
+def _start(shape, sizes, dims, index, mode, batching=((), ()), b=()):
+    """The start of one gathered or scattered window, or None when dropped; the
+    operand's batching axes start at the index's own position ``b`` along its
+    batching axes."""
+    start = [0] * len(shape)
+    for k, d in enumerate(dims):
+        start[d] = int(index[k])
+    for d, k in zip(*batching):
+        start[d] = int(b[k])
+    if _mode_name(mode) == "FILL_OR_DROP":
+        if any(s < 0 or s + z > n for s, z, n in zip(start, sizes, shape)):
+            return None
+        return start
+    return [int(np.clip(s, 0, n - z)) for s, z, n in zip(start, sizes, shape)]
+
+
+def _gather(operand, indices, dimension_numbers, slice_sizes, mode, fill_value=None, **_):
+    """XLA's gather, one window per index vector."""
+    dn = dimension_numbers
+    batching = (dn.operand_batching_dims, dn.start_indices_batching_dims)
+    dropped = {*dn.collapsed_slice_dims, *dn.operand_batching_dims}
+    batch = indices.shape[:-1]
+    window = [z for d, z in enumerate(slice_sizes) if d not in dropped]
+    rank = len(batch) + len(window)
+    shape, it_b, it_w = [], iter(batch), iter(window)
+    for d in range(rank):
+        shape.append(next(it_w) if d in dn.offset_dims else next(it_b))
+    out = np.empty(shape, operand.dtype)
+    if fill_value is None:
+        kind = operand.dtype.kind
+        fill_value = (
+            np.nan
+            if kind in "fc"
+            else np.iinfo(operand.dtype).min
+            if kind == "i"
+            else np.iinfo(operand.dtype).max
+            if kind == "u"
+            else True
+        )
+    for b in np.ndindex(batch):
+        it = iter(b)
+        place = tuple(slice(None) if d in dn.offset_dims else next(it) for d in range(rank))
+        start = _start(
+            operand.shape, slice_sizes, dn.start_index_map, indices[b], mode, batching, b
+        )
+        if start is None:
+            out[place] = fill_value
+            continue
+        piece = operand[tuple(slice(s, s + z) for s, z in zip(start, slice_sizes))]
+        out[place] = piece.reshape(window)
+    return out
+
+
+def _scatter(combine: Callable | None) -> Callable:
+    """XLA's scatter: replace, or ``combine`` old and new."""
+
+    def rule(operand, indices, updates, dimension_numbers, mode, **_):
+        dn = dimension_numbers
+        batching = (dn.operand_batching_dims, dn.scatter_indices_batching_dims)
+        inserted = {*dn.inserted_window_dims, *dn.operand_batching_dims}
+        out = np.array(operand, copy=True)
+        scatter_dims = [d for d in range(updates.ndim) if d not in dn.update_window_dims]
+        window = iter(updates.shape[d] for d in dn.update_window_dims)
+        sizes = [1 if d in inserted else next(window) for d in range(out.ndim)]
+        for b in np.ndindex(tuple(updates.shape[d] for d in scatter_dims)):
+            start = _start(
+                out.shape, sizes, dn.scatter_dims_to_operand_dims, indices[b], mode, batching, b
+            )
+            if start is None:
+                continue
+            it = iter(b)
+            piece = updates[
+                tuple(
+                    slice(None) if d in dn.update_window_dims else next(it)
+                    for d in range(updates.ndim)
+                )
+            ].reshape(sizes)
+            region = tuple(slice(s, s + z) for s, z in zip(start, sizes))
+            out[region] = piece if combine is None else combine(out[region], piece)
+        return out
+
+    return rule
+
+
+def _sort(*operands, dimension, is_stable=True, num_keys=1, **_):
+    """XLA's sort: every operand reordered as the first one sorts (NaNs last)."""
+    if num_keys != 1:
+        raise NotImplementedError("sort on several keys has no host rule.")
+    order = np.argsort(operands[0], axis=dimension, kind="stable")
+    return [np.take_along_axis(x, order, axis=dimension) for x in operands]
+
+
+def _tile(x, reps, **_):
+    return np.tile(x, tuple(reps))
+
+
+_RULES.update(
+    {
+        "fft": _fft,
+        "sort": _sort,
+        "tile": _tile,
+        "cholesky": _cholesky,
+        "eigh": _eigh,
+        "svd": _svd,
+        "qr": _qr,
+        "lu": _lu,
+        "triangular_solve": _triangular_solve,
+        "custom_linear_solve": _custom_linear_solve,
+        "gather": _gather,
+        "scatter": _scatter(None),
+        "scatter-add": _scatter(np.add),
+        "scatter_add": _scatter(np.add),
+        "scatter-mul": _scatter(np.multiply),
+        "scatter_mul": _scatter(np.multiply),
+    }
+)

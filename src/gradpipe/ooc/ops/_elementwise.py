@@ -159,7 +159,7 @@ def _floor_divide(xp, x1, x2):
 
 
 def _make_all() -> dict:
-    made = {"floor_divide": _public(_floor_divide, "floor_divide", 2, _DOC_BINARY)}
+    made = {}
     for name in UNARY:
         made[name] = _public(_standard(name), name, 1, _DOC_UNARY)
     for name in ROUNDING:
@@ -170,6 +170,7 @@ def _make_all() -> dict:
 
 
 globals().update(_make_all())
+floor_divide = _public(_floor_divide, "floor_divide", 2, _DOC_BINARY)
 __all__ += [*UNARY, *ROUNDING, *BINARY, "floor_divide"]
 
 # NumPy's longer spellings, kept for existing code
