@@ -1,6 +1,8 @@
 """``x[key] = value`` on a DiskArray: an in-place write of the selected elements.
 
-The selection is a basic index (ints, slices with any step, ``...``); the value is a
+The selection is a basic index (ints, slices with any step, ``...``), or a boolean
+mask of ``x``'s shape with a scalar value (``where(mask, value, x)`` written back);
+the value is a
 scalar, a NumPy array or a DiskArray that broadcasts to the selection's shape, and
 casts to ``x``'s dtype under NumPy's ``same_kind`` rule (as `update_`). The write
 goes in slabs of the selection's first axis, each a read-modify-write of the box
@@ -15,6 +17,7 @@ from __future__ import annotations
 import math
 import operator
 
+import jax
 import numpy as np
 
 from ._budget import get_budget
@@ -89,9 +92,16 @@ def set_item(x, key, value) -> None:
             "a constant such as a gradient of a full sum). Copy it with x.save(path) or "
             "ooc.asarray(x, copy=True) first."
         )
+    if _is_mask(key, x.shape, type_of):
+        _write_through_mask(x, key, value, type_of, operand_dtypes)
+        return
     index = _normalize(key, x.shape)
     sel_shape = tuple(entry[3] for entry in index if entry[0] == "slice")
     tv = type_of(value)
+    if tv is None and isinstance(value, jax.Array):
+        if isinstance(value, jax.core.Tracer):
+            refuse_traced()
+        value = np.asarray(value)  # a concrete JAX array: its values are known
     if tv is None and not isinstance(value, (bool, int, float, complex, np.generic, np.ndarray)):
         raise TypeError(f"x[...] = value: value must be an array or a number, got {value!r}.")
     _, dv = operand_dtypes((x, value), type_of, "x[...] = value")
@@ -123,6 +133,38 @@ def set_item(x, key, value) -> None:
             f.write(None, np.asarray(_value_block(value, vshape, (), 0, 1), x.dtype))
         return
     _write_slabs(f, index, sel_shape, value, vshape, get_budget(None))
+
+
+def _is_mask(key, shape, type_of) -> bool:
+    """Whether ``key`` is a boolean array of ``shape`` (a mask of every element)."""
+    t = type_of(key)
+    dtype, key_shape = (t.dtype, t.shape) if t is not None else (None, None)
+    if t is None and isinstance(key, (np.ndarray, jax.Array)):
+        dtype, key_shape = np.dtype(key.dtype), tuple(key.shape)
+    return dtype == np.bool_ and bool(key_shape) and tuple(key_shape) == tuple(shape)
+
+
+def _write_through_mask(x, mask, value, type_of, operand_dtypes) -> None:
+    """``x[mask] = value`` for a scalar ``value``: ``where(mask, value, x)`` written
+    back into ``x`` (an array value would need as many elements as the mask selects,
+    which depends on the data)."""
+    from .ops._elementwise import where
+    from .ops._update import update_
+
+    if type_of(value) is not None or np.ndim(value):
+        raise ValueError(
+            "x[mask] = value takes a scalar value: an array would need as many elements as "
+            "the mask selects, which depends on the data. Use ooc.where(mask, values, x)."
+        )
+    _, dv = operand_dtypes((x, value), type_of, "x[mask] = value")
+    if not np.can_cast(dv, x.dtype, casting="same_kind"):
+        raise TypeError(
+            f"x[mask] = value: cannot write {dv.name} values into a {x.dtype.name} DiskArray "
+            "(NumPy's 'same_kind' rule); convert with ooc.astype first."
+        )
+    with np.errstate(all="ignore"):
+        fill = np.asarray(value).astype(x.dtype)
+    update_(x, where(mask, fill, x))
 
 
 def _wrap_value(f):
