@@ -39,22 +39,25 @@ def unsupported(closed_jaxpr) -> list[str]:
     """The primitives of ``closed_jaxpr`` (nested calls included) this table lacks."""
     missing: list[str] = []
 
+    def inner_programs(value):
+        """The jaxprs a parameter holds: one, or a tuple of them (cond's branches,
+        custom_linear_solve's named tuple)."""
+        if hasattr(value, "eqns"):
+            return [value]
+        if hasattr(getattr(value, "jaxpr", None), "eqns"):
+            return [value.jaxpr]
+        if isinstance(value, (tuple, list)):
+            return [j for v in value for j in inner_programs(v)]
+        return []
+
     def walk(jaxpr):
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
-            if name in _CALLS:
-                inner = next(
-                    (
-                        eqn.params[k]
-                        for k in ("jaxpr", "call_jaxpr", "fun_jaxpr")
-                        if k in eqn.params
-                    ),
-                    None,
-                )
-                if inner is not None:
-                    walk(getattr(inner, "jaxpr", inner))
-            elif name not in _RULES and name not in missing:
+            if name not in _RULES and name not in _CALLS and name not in missing:
                 missing.append(name)
+            for value in eqn.params.values():
+                for inner in inner_programs(value):
+                    walk(inner)
 
     walk(closed_jaxpr.jaxpr)
     return missing
@@ -121,7 +124,15 @@ def _calls_jaxpr(key: str) -> Callable:
     return call
 
 
+def _cond(params, ins):
+    """``cond``: the branch the first operand names, on the other operands."""
+    index, *operands = ins
+    branch = params["branches"][int(np.clip(index, 0, len(params["branches"]) - 1))]
+    return _eval(getattr(branch, "jaxpr", branch), getattr(branch, "consts", ()), operands)
+
+
 _CALLS: dict[str, Callable] = {
+    "cond": _cond,
     "pjit": _calls_jaxpr("jaxpr"),
     "jit": _calls_jaxpr("jaxpr"),
     "closed_call": _calls_jaxpr("call_jaxpr"),
@@ -474,6 +485,23 @@ _RULES: dict[str, Callable] = {
     "cummin": _cumulative(np.minimum.accumulate),
     "cumlogsumexp": _cumulative(_cumlogsumexp),
 }
+
+
+def _platform_index(*, platforms, **_):
+    """Which of a platform-dependent computation's branches runs here: the host CPU's,
+    else the default (``None``) one (JAX 0.12 writes e.g. ``det`` this way)."""
+    for i, names in enumerate(platforms):
+        if names is not None and "cpu" in names:
+            return np.int32(i)
+    return np.int32(next(i for i, names in enumerate(platforms) if names is None))
+
+
+# new in JAX 0.12: tanh's, asin's, acos's and atanh's derivatives use
+# `one_minus_square`; `log2` became a primitive; platform-dependent code selects a
+# branch with `platform_index`
+_RULES["one_minus_square"] = _unary(lambda x: 1 - x * x)
+_RULES["log2"] = _unary(np.log2)
+_RULES["platform_index"] = _platform_index
 
 # spelled differently across the supported JAX versions
 _RULES["stop_gradient"] = _unary(lambda x: x)
