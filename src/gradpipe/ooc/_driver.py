@@ -9,6 +9,7 @@ machine (see ``benchmarks/ooc_kernel.py``); they run on the calling host thread.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import threading
@@ -80,6 +81,26 @@ class Driver:
         if page_shape is None:
             page_shape = default_page_shape(shape, np.dtype(dtype).itemsize, self.budget)
         return PagedFile.create(shape, dtype, page_shape)
+
+    @contextlib.contextmanager
+    def writing(self, shape, dtype, page_shape=None) -> Iterator[PagedFile]:
+        """A new scratch array file to fill inside the block: committed when the block
+        ends, discarded (never left half-written) when it raises.
+
+        ```python
+        with driver.writing(shape, dtype) as out:
+            for region in regions:
+                out.write(region, block)
+        return out
+        ```
+        """
+        out = self.allocate(shape, dtype, page_shape)
+        try:
+            yield out
+        except BaseException:
+            out.discard()
+            raise
+        out.commit()
 
     @staticmethod
     def read(value: Value, region: Region | None) -> np.ndarray:

@@ -196,8 +196,7 @@ class AxisGather(CustomOp):
         if math.prod(out_shape) == 0:
             return driver.allocate(out_shape, dtype).commit()
         tile = self._plan(driver, x, 2)
-        out = driver.allocate(out_shape, dtype, page_shape=tile)
-        try:
+        with driver.writing(out_shape, dtype, page_shape=tile) as out:
             for region in tile_regions(out_shape, tile):
                 needs = self._tile_needs(region)
                 block = np.empty(tuple(sum(b - a for a, b, _ in runs) for runs, _ in needs), dtype)
@@ -207,10 +206,7 @@ class AxisGather(CustomOp):
                     if loc is not None:
                         block = np.take(block, loc, axis=ax)
                 out.write(region, block)
-        except BaseException:
-            out.discard()
-            raise
-        return out.commit()
+        return out
 
     def backward(self, driver, inputs, output, g, wants):
         (x,) = inputs

@@ -140,7 +140,9 @@ class CoreAxes(CustomOp):
         it = iter(loop_r)
         return tuple(slice(0, n) if a in core else next(it) for a, n in enumerate(out_shape))
 
-    def _tiles(self, driver, inputs, out_shape, out_item: int, copies: int):
+    def _tiles(self, driver, inputs, out_shape, out_item: int, copies: int) -> list:
+        """The loop regions, planned from the budget; refuses (MemoryError) when one
+        batch element's core axes alone exceed it."""
         shapes = [tuple(x.shape) for x in inputs]
         items = [np.dtype(x.dtype).itemsize for x in inputs]
         loop = self._loop_shape(*shapes)
@@ -165,23 +167,20 @@ class CoreAxes(CustomOp):
                 "each element whole in memory: raise the budget or use smaller core axes."
             )
         if not loop:
-            yield ()
-            return
+            return [()]
         tile = plan_tiles(loop, bytes_for, driver.budget, what=self.label, thin_ok=range(len(loop)))
-        yield from tile_regions(loop, tile)
+        return list(tile_regions(loop, tile))
 
     # -- forward and backward -----------------------------------------------
 
     def forward(self, driver, *inputs):
         out_shape, dtype = self._output([x.shape for x in inputs], [x.dtype for x in inputs])
-        if not out_shape:
+        tiles = self._tiles(driver, inputs, out_shape, dtype.itemsize, _FORWARD_COPIES)
+        if not out_shape:  # one element, checked against the budget above
             blocks = [driver.read(x, None) for x in inputs]
-            for _ in self._tiles(driver, inputs, out_shape, dtype.itemsize, _FORWARD_COPIES):
-                pass  # the size check
             return run_forward(self.kernel, self.params, blocks).astype(dtype)
-        out = driver.allocate(out_shape, dtype)
-        try:
-            for loop_r in self._tiles(driver, inputs, out_shape, dtype.itemsize, _FORWARD_COPIES):
+        with driver.writing(out_shape, dtype) as out:
+            for loop_r in tiles:
                 blocks = [
                     driver.read(x, self._in_region(i, x.shape, loop_r))
                     for i, x in enumerate(inputs)
@@ -190,10 +189,7 @@ class CoreAxes(CustomOp):
                 region = self._out_region(out_shape, loop_r)
                 want = tuple(r.stop - r.start for r in region)
                 out.write(region, np.ascontiguousarray(np.broadcast_to(result, want), dtype))
-        except BaseException:
-            out.discard()
-            raise
-        return out.commit()
+        return out
 
     def check_differentiable(self, in_types, wants) -> None:
         wants = [bool(w) and is_differentiable(t.dtype) for w, t in zip(wants, in_types)]

@@ -69,14 +69,10 @@ class Gather(CustomOp):
         tile = plan.tile(driver, "forward")
         if not self.out_shape:
             return plan.gather(driver, x, indices, ()).reshape(())
-        out = driver.allocate(self.out_shape, x.dtype, page_shape=tile)
-        try:
+        with driver.writing(self.out_shape, x.dtype, page_shape=tile) as out:
             for region in plan.tiles(tile):
                 out.write(region, plan.gather(driver, x, indices, region))
-        except BaseException:
-            out.discard()
-            raise
-        return out.commit()
+        return out
 
     def backward(self, driver, inputs, output, g, wants):
         x, *indices = inputs

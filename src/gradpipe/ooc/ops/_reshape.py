@@ -110,8 +110,7 @@ def copy_pieces(driver, inputs, out_shape, dtype, pieces) -> PagedFile | np.ndar
     widest = max([np.dtype(v.dtype).itemsize for v in inputs] + [dtype.itemsize])
     elements = max(1, driver.budget.nbytes // (dtype.itemsize + widest))
     tile = row_tile(out_shape, elements)
-    out = driver.allocate(out_shape, dtype, page_shape=tile)
-    try:
+    with driver.writing(out_shape, dtype, page_shape=tile) as out:
         strides = [math.prod(out_shape[k + 1 :]) for k in range(len(out_shape))]
         buf = np.empty(math.prod(tile), dtype)
         for region in tile_regions(out_shape, tile):
@@ -119,10 +118,7 @@ def copy_pieces(driver, inputs, out_shape, dtype, pieces) -> PagedFile | np.ndar
             flat = buf[: math.prod(extent)]
             fill(flat, sum(s.start * st for s, st in zip(region, strides)))
             out.write(region, flat.reshape(extent))
-    except BaseException:
-        out.discard()
-        raise
-    return out.commit()
+    return out
 
 
 @frozen

@@ -75,33 +75,25 @@ class _SortLines(CustomOp):
             yield tuple(full)
 
     def forward(self, driver, x):
-        out = driver.allocate(x.shape, self.output_dtype(x.dtype))
-        try:
+        with driver.writing(x.shape, self.output_dtype(x.dtype)) as out:
             for region in self._tiles(driver, x.shape, x.dtype.itemsize):
                 block = driver.read(x, region)
                 order = _line_order(block, self.axis, self.descending)
                 result = order if self.indices else np.take_along_axis(block, order, self.axis)
                 out.write(region, np.ascontiguousarray(result))
-        except BaseException:
-            out.discard()
-            raise
-        return out.commit()
+        return out
 
     def backward(self, driver, inputs, output, g, wants):
         (x,) = inputs
         if self.indices or not wants[0]:
             return [None]
-        grad = driver.allocate(x.shape, x.dtype)
-        try:
+        with driver.writing(x.shape, x.dtype) as grad:
             for region in self._tiles(driver, x.shape, 2 * x.dtype.itemsize):
                 order = _line_order(driver.read(x, region), self.axis, self.descending)
                 gx = np.empty(order.shape, g.dtype)
                 np.put_along_axis(gx, order, driver.read(g, region), self.axis)
                 grad.write(region, to_primal_dtype(gx, x.dtype))
-        except BaseException:
-            grad.discard()
-            raise
-        return [grad.commit()]
+        return [grad]
 
 
 def _sort(x, axis, descending, stable, indices, budget):
