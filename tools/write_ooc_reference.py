@@ -41,7 +41,11 @@ FAMILIES = [
     ("Manipulation functions", "", ("ops._manipulation",)),
     ("Indexing", "", ("ops._layout", "ops._indexing")),
     ("Linear algebra", "", ("ops._matmul", "ops._linalg")),
-    ("In-place update", "", ("ops._update",)),
+    (
+        "Writing",
+        "In-place updates, and `persist`, which writes a fused result now.",
+        ("ops._update", "ops._persist"),
+    ),
     (
         "Extensions",
         "The standard's `linalg` and `fft` extensions, as sub-namespaces of `gradpipe.ooc`.",
@@ -60,7 +64,7 @@ def _module_of(ooc, name: str) -> str | None:
         return module
     for family in FAMILIES:  # constants: found by the module that binds the name
         for mod in family[2]:
-            if name in vars(importlib.import_module(f"gradpipe.ooc.{mod}")):
+            if mod != "extension" and name in vars(importlib.import_module(f"gradpipe.ooc.{mod}")):
                 return f"gradpipe.ooc.{mod}"
     return None
 

@@ -22,6 +22,7 @@ FAMILIES = [
     "test_statistics",
     "test_fft",
     "test_linalg_extension",
+    "test_fusion",
 ]
 
 _BOOL_OR_INT = "its result is bool or integer: no gradient, as in JAX"

@@ -50,11 +50,13 @@ from ._data_types import can_cast, finfo, iinfo, isdtype, result_type
 from ._device import Device
 from ._driver import Driver, set_progress
 from ._equinox import install as _install_equinox_filters
+from ._explain import Plan, explain
 from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
 from ._namespace_info import NamespaceInfo, __array_namespace_info__
 from ._op import BlockParallelOp, CustomOp, make_op
 from ._scratch import get_scratch_dir, set_scratch_dir
+from ._stages import Stage
 from ._storage import FORMAT_VERSION
 from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
@@ -102,6 +104,9 @@ __all__ = [
     "Driver",
     "IOStats",
     "MemoryBudget",
+    "Plan",
+    "Stage",
+    "explain",
     "get_budget",
     "get_scratch_dir",
     "io_stats",

@@ -44,7 +44,9 @@ def _forward(name: str, *, reflected: bool = False):
     return method
 
 
-_NOT_BINARY = frozenset({"getitem", "astype", "update_", "transpose", "matrix_transpose", "matmul"})
+_NOT_BINARY = frozenset(
+    {"getitem", "astype", "update_", "persist", "transpose", "matrix_transpose", "matmul"}
+)
 
 
 def _reduction(name: str):
@@ -452,6 +454,7 @@ class DiskArray:
     max = _reduction("max")
     astype = _forward("astype")
     update_ = _forward("update_")
+    persist = _forward("persist")
 
 
 # NumPy's ufunc names that the array API spells otherwise

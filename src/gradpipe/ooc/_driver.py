@@ -9,6 +9,7 @@ machine (see ``benchmarks/ooc_kernel.py``); they run on the calling host thread.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import math
@@ -19,11 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from . import _stages
 from ._allocator import use_mmap_for_tiles
 from ._budget import MemoryBudget, default_page_shape, plan_tiles
+from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor
 from ._storage import PagedFile, Region
 
-__all__ = ["Driver", "set_progress"]
+__all__ = ["Driver", "Store", "set_progress"]
 
 _progress = [False]
 
@@ -52,6 +55,28 @@ def _take(free: list[np.ndarray], shape: tuple[int, ...], dtype) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
+def _ahead(inputs) -> int:
+    """Steps whose blocks are read ahead: two when a chain is computed on read (each
+    read is a chain's work; NumPy releases the GIL on large blocks, so two reads
+    run on two cores), else one (a read is I/O that hides behind the arithmetic)."""
+    return 2 if any(is_chain(v) for v in inputs) else 1
+
+
+def _disk_bytes(v) -> float:
+    """Bytes read from disk per element of ``v`` (a chain: of its stored inputs)."""
+    if is_chain(v):
+        return v.stats().leaf_bytes
+    return np.dtype(v.dtype).itemsize if getattr(v, "on_disk", True) else 0
+
+
+def _first_tile(out_shape, red_shape, tile) -> tuple[Region, Region]:
+    """The first step's output and reduction regions (clipped to the loop)."""
+    n_out = len(out_shape)
+    out_r = tuple(slice(0, min(t, max(n, 1))) for t, n in zip(tile[:n_out], out_shape))
+    red_r = tuple(slice(0, min(t, max(n, 1))) for t, n in zip(tile[n_out:], red_shape))
+    return out_r, red_r
+
+
 def _nbytes(region: Region | None, itemsize: int) -> int:
     if region is None:
         return itemsize
@@ -59,6 +84,42 @@ def _nbytes(region: Region | None, itemsize: int) -> int:
 
 
 Value = PagedFile | np.ndarray  # an array file, or a 0-d in-memory value
+
+
+class Store:
+    """The block map that writes its one input as it is: how a chain is stored."""
+
+    name = "store"
+    fusable = False
+
+    def output_shape(self, s):
+        return s
+
+    def reduction_shape(self, s):
+        return ()
+
+    def output_dtype(self, d):
+        return d
+
+    accumulator_dtype = output_dtype
+
+    def thin_axes(self, s):
+        return ()
+
+    def index_map(self, out_r, red_r, s):
+        return (out_r,)
+
+    def forward_block(self, x):
+        return x
+
+
+def _page_like(inputs, shape, itemsize, budget) -> tuple[int, ...]:
+    """A chain's page shape: its first same-shaped input's, else the default."""
+    for v in inputs:
+        page = getattr(v, "page_shape", None)
+        if page and tuple(v.shape) == tuple(shape):
+            return tuple(page)
+    return default_page_shape(tuple(shape), itemsize, budget)
 
 
 class Driver:
@@ -121,17 +182,59 @@ class Driver:
 
     # -- planning --------------------------------------------------------------
 
-    def _plan(self, op, inputs: Sequence[Value], phase: str) -> tuple[tuple, tuple, tuple]:
+    def _plan(self, op, inputs: Sequence[Value], phase: str, g=None) -> tuple[tuple, tuple, tuple]:
+        """The loop's shapes and tile; chains among the inputs (and the cotangent ``g``
+        of a backward pass) that the cost rule says to write are written first
+        (`ChainFile.should_store`)."""
+        while True:
+            plan = self._tile_plan(op, inputs, phase, g)
+            if isinstance(op, Store):  # writing a chain: no rule to apply
+                return plan
+            sources = [*inputs, g] if g is not None else list(inputs)
+            chains = [(i, v) for i, v in enumerate(sources) if is_chain(v)]
+            if not chains:
+                return plan
+            passes = self._passes(op, inputs, plan)
+            if g is not None:
+                red_steps = math.prod(
+                    -(-max(n, 1) // t) for n, t in zip(plan[1], plan[2][len(plan[0]) :])
+                )
+                passes.append(float(red_steps))
+            to_store = [v for i, v in chains if v.should_store(passes[i])]
+            if not to_store:
+                for i, v in chains:
+                    v.count_passes(passes[i])
+                return plan
+            for v in to_store:
+                v.store(self)
+
+    def _passes(self, op, inputs, plan) -> list[float]:
+        """How many times over the loop reads each input (from its first tile)."""
+        out_shape, red_shape, tile = plan
+        shapes = [tuple(v.shape) for v in inputs]
+        regions = op.index_map(*_first_tile(out_shape, red_shape, tile), *shapes)
+        steps = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
+        return [
+            steps * _nbytes(r, 1) / max(math.prod(s), 1) if s else 0.0
+            for r, s in zip(regions, shapes)
+        ]
+
+    def _tile_plan(self, op, inputs, phase: str, g=None) -> tuple[tuple, tuple, tuple]:
         shapes = [tuple(v.shape) for v in inputs]
         out_shape = tuple(op.output_shape(*shapes))
         red_shape = tuple(op.reduction_shape(*shapes))
-        sizes = [np.dtype(v.dtype).itemsize for v in inputs]
+        # a chain's block costs what one read through it holds (`ChainFile.stats`)
+        sizes = [v.stats().peak if is_chain(v) else np.dtype(v.dtype).itemsize for v in inputs]
         dtypes = [v.dtype for v in inputs]
         out_item = np.dtype(op.output_dtype(*dtypes)).itemsize
         # partial tiles, the combined tile and the one being written are accumulator
         # sized (a float16 sum's are float32)
         acc_item = max(out_item, np.dtype(op.accumulator_dtype(*dtypes)).itemsize)
         n_out = len(out_shape)
+        # steps read ahead: computing chains runs on two threads
+        ahead = _ahead([*inputs, g] if g is not None else inputs)
+        # a cotangent computed on read holds its chain's blocks as well
+        g_item = g.stats().peak if is_chain(g) else 0
 
         def bytes_for(tile: tuple[int, ...]) -> int:
             out_r = tuple(slice(0, t) for t in tile[:n_out])
@@ -140,8 +243,10 @@ class Driver:
             ins = sum(_nbytes(r, s) for r, s in zip(regions, sizes))
             out = _nbytes(out_r, acc_item)
             if phase == "forward":
-                return 2 * ins + 3 * out
-            return 2 * ins + 3 * out + 3 * ins
+                return int((1 + ahead) * ins + 3 * out)
+            return int((1 + ahead) * (ins + _nbytes(out_r, g_item)) + 3 * out + 3 * ins)
+
+        self._bytes_for = bytes_for
 
         pages = [getattr(v, "page_shape", None) for v in inputs]
 
@@ -193,6 +298,7 @@ class Driver:
         pages cost more than the copy on some machines). The consumer must not keep
         a block past its step: `forward` copies a block-aliasing result first.
         """
+        ahead = _ahead(sources)
         last: list[tuple[Any, np.ndarray | None]] = [(None, None)] * len(sources)
         spare: list[list[np.ndarray]] = [[] for _ in sources]
         lock = threading.Lock()
@@ -219,24 +325,33 @@ class Driver:
             return blocks
 
         def recycle(done: list[np.ndarray], still: list[np.ndarray]) -> None:
+            if ahead > 1:  # a block may still be in use by a step in flight
+                return
             with lock:
                 for i, b in enumerate(done):
                     if b is not still[i] and isinstance(sources[i], PagedFile):
                         spare[i].append(b)
 
         steps = iter(steps)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradpipe-ooc-read") as pool:
-            step = next(steps, None)
-            fut = pool.submit(load, step[-1]) if step is not None else None
+        pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="gradpipe-ooc-read")
+        queue: collections.deque = collections.deque()
+        try:
+            for step in itertools.islice(steps, ahead):
+                queue.append((step, pool.submit(load, step[-1])))
             blocks = None
-            while step is not None:
+            while queue:
+                step, fut = queue.popleft()
                 previous, blocks = blocks, fut.result()
                 if previous is not None:
                     recycle(previous, blocks)
                 nxt = next(steps, None)
-                fut = pool.submit(load, nxt[-1]) if nxt is not None else None
+                if nxt is not None:
+                    queue.append((nxt, pool.submit(load, nxt[-1])))
                 yield step, blocks
-                step = nxt
+        finally:
+            for _, fut in queue:
+                fut.cancel()
+            pool.shutdown(wait=True)
 
     def _bar(self, total: int, phase: str):
         if not _progress[0] or total < 2:
@@ -247,11 +362,71 @@ class Driver:
 
     # -- forward ----------------------------------------------------------------
 
-    def forward(self, op, inputs: Sequence[Value]) -> Value:
-        """Run ``op`` forward; a new committed scratch file, or a 0-d array."""
+    def fuse(self, op, inputs: Sequence[Value]) -> ChainFile | None:
+        """``op``'s output as a chain computed on read, when ``op`` is a block map
+        (``fusable``, no reduction axes) that reads no more than it makes; else None."""
+        if not getattr(op, "fusable", False):
+            return None
         shapes = [tuple(v.shape) for v in inputs]
-        out_shape, red_shape, tile = self._plan(op, inputs, "forward")
-        dtype = op.output_dtype(*[v.dtype for v in inputs])
+        out_shape = tuple(op.output_shape(*shapes))
+        if not out_shape or 0 in out_shape or op.reduction_shape(*shapes):
+            return None
+        if read_factor(op, shapes, out_shape) > MAX_READ_FACTOR:
+            return None
+        for v in inputs:
+            if is_chain(v) and v.depth >= MAX_DEPTH:
+                v.store(self)
+        dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
+        page = _page_like(inputs, out_shape, dtype.itemsize, self.budget)
+        _stages.fused()
+        return ChainFile.forward(op, list(inputs), out_shape, dtype, page)
+
+    def fuse_map(self, label, sources, regions, compute, shape, dtypes) -> list[ChainFile]:
+        """Chains computed on read by one block function (a fused backward pass):
+        ``compute(blocks)`` gives one block per entry of ``dtypes`` for an output
+        region, from the ``regions(out_region)`` of ``sources``."""
+        for v in sources:
+            if is_chain(v) and v.depth >= MAX_DEPTH:
+                v.store(self)
+        page = _page_like(sources, shape, max(np.dtype(d).itemsize for d in dtypes), self.budget)
+        _stages.fused()
+        return ChainFile.gradients(label, sources, regions, compute, shape, dtypes, page)
+
+    def _stage(self, op, phase, inputs, plan, write_bytes, g=None):
+        """The `_stages.stage` of one pass (``g``: a backward pass's cotangent), with
+        the bytes its plan will read from disk (chains: their stored inputs)."""
+        if not _stages.recording_active():
+            return contextlib.nullcontext()
+        out_shape, red_shape, tile = plan
+        shapes = [tuple(v.shape) for v in inputs]
+        sources = [*inputs, g] if g is not None else list(inputs)
+        per_element = [_disk_bytes(v) for v in sources]
+        read, steps = 0, 0
+        for out_r, _, _, regions in self._steps(op, shapes, out_shape, red_shape, tile):
+            steps += 1
+            if g is not None:
+                regions = (*regions, out_r if g.shape else None)
+            read += sum(
+                _nbytes(r, 1) * b for r, b, v in zip(regions, per_element, sources) if v.shape
+            )
+        peak = self._bytes_for(tile)
+        return _stages.stage(op.name, phase, sources, tile, steps, peak, read, write_bytes)
+
+    def forward(self, op, inputs: Sequence[Value]) -> Value:
+        """Run ``op`` forward: a chain computed on read for a block map (`fuse`), else
+        a new committed scratch file, or a 0-d array."""
+        fused = self.fuse(op, inputs)
+        if fused is not None:
+            return fused
+        plan = self._plan(op, inputs, "forward")
+        dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
+        write = math.prod(plan[0]) * dtype.itemsize if plan[0] else 0
+        with self._stage(op, "forward", inputs, plan, write):
+            return self._forward(op, inputs, plan, dtype)
+
+    def _forward(self, op, inputs, plan, dtype) -> Value:
+        shapes = [tuple(v.shape) for v in inputs]
+        out_shape, red_shape, tile = plan
         out = PagedFile.create(out_shape, dtype, tile[: len(out_shape)]) if out_shape else None
         steps = self._steps(op, shapes, out_shape, red_shape, tile)
         total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
@@ -313,8 +488,16 @@ class Driver:
         Each step's input gradients are added into the gradient files; a region
         written for the first time is written without reading it back.
         """
+        plan = self._plan(op, inputs, "backward", g)
+        write = sum(
+            math.prod(v.shape) * np.dtype(v.dtype).itemsize for v, w in zip(inputs, wants) if w
+        )
+        with self._stage(op, "backward", inputs, plan, write, g=g):
+            return self._backward(op, inputs, output, g, wants, plan)
+
+    def _backward(self, op, inputs, output, g, wants, plan) -> list[Value | None]:
         shapes = [tuple(v.shape) for v in inputs]
-        out_shape, red_shape, tile = self._plan(op, inputs, "backward")
+        out_shape, red_shape, tile = plan
         uses_out = getattr(op, "backward_uses_output", False)
         first_regions = op.index_map(
             tuple(slice(0, t) for t in tile[: len(out_shape)]),

@@ -40,6 +40,7 @@ class ConstantFile:
     """
 
     writable = False
+    on_disk = False  # reads cost no I/O (the plan counts none)
 
     def __init__(self, shape, dtype, value=0):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)

@@ -37,6 +37,7 @@ from ._array import (
     _traced_len,
 )
 from ._budget import MemoryBudget
+from ._chain import is_chain
 from ._driver import Driver
 from ._host import run_on_host
 from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
@@ -209,6 +210,7 @@ class DiskArrayType(_hx.HiType):
     device = _hx.aval_property(lambda self: DiskArray.device.fget(self))
     to_device = _hx.aval_method(DiskArray.to_device)
     update_ = _hx.aval_method(_forward("update_"))
+    persist = _hx.aval_method(_forward("persist"))
     sum = _hx.aval_method(_reduction("sum"))
     mean = _hx.aval_method(_reduction("mean"))
     max = _hx.aval_method(_reduction("max"))
@@ -326,7 +328,9 @@ class OocPrim(_Refusals, _PrimBase):
         op, budget, consts = self.op, self.budget, self.consts
 
         def host(*vals):
-            return (op.forward(Driver(budget, op.name), *_merge(vals, consts, _const_value)),)
+            driver = Driver(budget, op.name)
+            vals = _settled(op, driver, vals)
+            return (op.forward(driver, *_merge(vals, consts, _const_value)),)
 
         (out,) = run_on_host(host, self.in_avals, (self.out_aval,), args)
         return out
@@ -390,14 +394,23 @@ class OocBackwardPrim(_Refusals, _PrimBase):
         wants = _merge(self.wants, consts, lambda v, d: False)
 
         def host(*vals):
+            driver = Driver(budget, op.name)
+            vals = _settled(op, driver, vals)
             inputs = _merge(vals[:n], consts, _const_value)
-            grads = op.backward(Driver(budget, op.name), inputs, vals[n], vals[n + 1], wants)
+            grads = op.backward(driver, inputs, vals[n], vals[n + 1], wants)
             return [gr for pos, gr in enumerate(grads) if pos not in const_pos]
 
         return tuple(run_on_host(host, self.in_avals, self.out_aval, args))
 
     def vjp_fwd(self, nzs_in, *args):
         _refuse_second_order(self.op)
+
+
+def _settled(op, driver, values):
+    """``values`` with chains written first unless ``op`` reads them as they are."""
+    if getattr(op, "reads_through", False):
+        return values
+    return [v.store(driver).stored if is_chain(v) else v for v in values]
 
 
 def _refuse_second_order(op):

@@ -28,6 +28,12 @@ Region = tuple[slice, ...]
 class _OpBase:
     """What every operation shares: a name and its output type."""
 
+    #: Whether the operation reads chains (fused, computed on read) as they are.
+    #: Block-parallel operations do (the driver plans for it); a `CustomOp` that
+    #: reads each input region about once may set it, else its chain inputs are
+    #: written first.
+    reads_through: bool = False
+
     @property
     def name(self) -> str:
         """The name used in error messages and progress bars (default: the class name)."""
@@ -125,6 +131,13 @@ class BlockParallelOp(_OpBase):
     """
 
     backward_uses_output: bool = False
+
+    reads_through = True
+
+    #: A block map (no reduction axes, each output tile a function of input tiles
+    #: alone) may set this: its output is then not written but computed when read,
+    #: fused with the operations around it (see `gradpipe.ooc.explain`).
+    fusable: bool = False
 
     def reduction_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of the reduction loop (default ``()``: no reduction, elementwise).

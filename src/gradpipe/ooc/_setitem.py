@@ -21,6 +21,8 @@ import jax
 import numpy as np
 
 from ._budget import get_budget
+from ._chain import is_chain, settle_readers
+from ._driver import Driver
 from ._storage import PagedFile
 
 __all__ = ["refuse_traced", "set_item"]
@@ -86,7 +88,11 @@ def set_item(x, key, value) -> None:
     if not isinstance(x._handle, (int, np.integer)):
         refuse_traced()
     f = x._concrete_file("x[...] = value")
-    if not isinstance(f, PagedFile) or not f.writable:
+    driver = Driver(get_budget(), "x[...] = value")
+    if is_chain(f):  # a fused result: written first, then changed in place
+        f.store(driver)
+    settle_readers(f, driver)
+    if not getattr(f, "writable", False):
         raise TypeError(
             "x[...] = value: this DiskArray is read-only (opened without writable=True, or "
             "a constant such as a gradient of a full sum). Copy it with x.save(path) or "

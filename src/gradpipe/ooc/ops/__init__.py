@@ -23,6 +23,7 @@ from ._layout import getitem, slice_rows, slice_tile, transpose
 from ._linalg import *  # noqa: F403
 from ._manipulation import *  # noqa: F403
 from ._matmul import matmul
+from ._persist import persist
 from ._searching import *  # noqa: F403
 from ._sorting import *  # noqa: F403
 from ._statistics import *  # noqa: F403
@@ -40,6 +41,7 @@ __all__ = [
     *_statistics.__all__,
     "getitem",
     "matmul",
+    "persist",
     "slice_rows",
     "slice_tile",
     "transpose",

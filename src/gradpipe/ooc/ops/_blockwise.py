@@ -38,6 +38,8 @@ class Blockwise(BlockParallelOp):
     ``wants`` is set by the backward pass to the inputs whose gradient is needed.
     """
 
+    fusable = True
+
     kernel: Callable
     label: str
     params: tuple = ()
@@ -85,8 +87,38 @@ class Blockwise(BlockParallelOp):
             check_vjp(self.kernel, self.params, in_types, wants, self.label)
 
     def backward(self, driver, inputs, output, g, wants):
-        op = dataclasses.replace(self, wants=tuple(wants))
-        return driver.backward(op, inputs, output, g, wants)
+        """Gradients of inputs of the output's shape are chains computed on read (the
+        kernel's VJP per block, recomputing the forward chain there); those of
+        broadcast inputs are summed over tiles in one pass that writes them."""
+        shape = tuple(g.shape)
+        fused = [
+            i
+            for i, (v, w) in enumerate(zip(inputs, wants))
+            if w and tuple(v.shape) == shape and shape and is_differentiable(v.dtype)
+        ]
+        rest = [bool(w) and i not in fused for i, w in enumerate(wants)]
+        grads = [None] * len(inputs)
+        if any(rest):
+            op = dataclasses.replace(self, wants=tuple(rest))
+            grads = list(driver.backward(op, inputs, output, g, rest))
+        if fused:
+            op = dataclasses.replace(self, wants=tuple(i in fused for i in range(len(inputs))))
+
+            def compute(blocks):
+                parts = op.backward_block(blocks[0], *blocks[1:])
+                return tuple(parts[i] for i in fused)
+
+            chains = driver.fuse_map(
+                f"d{self.label}",
+                [g, *inputs],
+                lambda out_r: (out_r, *self.index_map(out_r, (), *[v.shape for v in inputs])),
+                compute,
+                shape,
+                [inputs[i].dtype for i in fused],
+            )
+            for i, c in zip(fused, chains):
+                grads[i] = c
+        return grads
 
 
 def blockwise(kernel: Callable, label: str, *operands, budget=None, **params):

@@ -20,6 +20,8 @@ __all__ = ["GetItem", "Transpose", "getitem", "slice_rows", "slice_tile", "trans
 class Transpose(BlockParallelOp):
     """Axes permuted as ``np.transpose(x, axes)``."""
 
+    fusable = True
+
     axes: tuple[int, ...]
 
     @property
@@ -41,6 +43,12 @@ class Transpose(BlockParallelOp):
     def backward_block(self, g, x):
         return (np.ascontiguousarray(np.transpose(g, np.argsort(self.axes))),)
 
+    def backward(self, driver, inputs, output, g, wants):
+        """The inverse transpose of ``g``: fused, as the forward is."""
+        if not wants[0]:
+            return [None]
+        return [driver.forward(Transpose(tuple(int(a) for a in np.argsort(self.axes))), [g])]
+
 
 @frozen
 class GetItem(BlockParallelOp):
@@ -49,6 +57,8 @@ class GetItem(BlockParallelOp):
     ``new`` gives the output position and size (1, or 0 for ``x[False]``) of each
     new axis. A tile reads the bounding region of the positions it selects; the
     step is applied within it."""
+
+    fusable = True
 
     start: tuple[int, ...]
     step: tuple[int, ...]

@@ -22,6 +22,8 @@ __all__ = ["BroadcastTo", "Flip", "UnitAxes"]
 class Flip(BlockParallelOp):
     """``x`` reversed along ``axes`` (as `np.flip`)."""
 
+    fusable = True
+
     axes: tuple[int, ...]
 
     @property
@@ -53,6 +55,8 @@ class UnitAxes(BlockParallelOp):
     of size 1 (added or removed), so an output tile reads the one box of the same
     extents along the other axes."""
 
+    fusable = True
+
     out_shape: tuple[int, ...]
     label: str = "reshape"
 
@@ -82,6 +86,8 @@ class UnitAxes(BlockParallelOp):
 @frozen
 class BroadcastTo(BlockParallelOp):
     """``x`` broadcast to ``out_shape`` (as `np.broadcast_to`, but a new array)."""
+
+    fusable = True
 
     out_shape: tuple[int, ...]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._chain import is_chain, settle_readers
 from .._hijax import type_of
 from .._op import CustomOp, apply, frozen
 from .._promotion import operand_dtypes
@@ -16,6 +17,7 @@ class Update(CustomOp):
     """Copy ``value`` (same shape, or a scalar) into ``target``'s file; returns ``target``."""
 
     has_side_effect = True
+    reads_through = True  # the value is read once, region by region
 
     @property
     def name(self) -> str:
@@ -28,6 +30,9 @@ class Update(CustomOp):
         return dt
 
     def forward(self, driver, target, value):
+        if is_chain(target):  # a fused result: written first, then overwritten
+            target.store(driver)
+        settle_readers(target, driver)
         if not hasattr(target, "write") or not getattr(target, "writable", True):
             raise TypeError(
                 "update_: the target DiskArray is read-only (opened without writable=True, "

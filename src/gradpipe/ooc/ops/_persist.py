@@ -1,0 +1,50 @@
+"""`persist`: write a fused result now, so later reads come from disk."""
+
+from __future__ import annotations
+
+from .._chain import is_chain
+from .._op import CustomOp, apply, frozen
+
+__all__ = ["persist"]
+
+
+@frozen
+class Persist(CustomOp):
+    """The input itself, its chain (if it is one) written to a scratch file first."""
+
+    reads_through = True  # it decides itself: a chain is what it writes
+
+    @property
+    def name(self) -> str:
+        return "persist"
+
+    def output_shape(self, s):
+        return s
+
+    def forward(self, driver, x):
+        return x.store(driver) if is_chain(x) else x
+
+    def backward(self, driver, inputs, output, g, wants):
+        return [g if wants[0] else None]
+
+
+def persist(x, /, *, budget=None):
+    """``x`` with its values written to disk now, when it is a fused result.
+
+    Elementwise and layout results (``ooc.exp(x) * 2``, ``x.T``) are not written
+    when made: they are computed when read, by the reduction, product or save that
+    uses them (see `explain`). ``persist`` writes one now, so that the many
+    consumers that follow read it from disk instead of recomputing it, or so that a
+    timing includes the work. Every holder of the array sees the stored copy. An
+    array already on disk is returned as it is. Under `jax.grad` its gradient is the
+    identity; under `jax.jit` the write happens when the compiled call runs.
+
+    **Arguments:**
+
+    - `x`: a `DiskArray`.
+
+    **Returns:**
+
+    ``x``, stored.
+    """
+    return apply(Persist(), x, budget=budget)

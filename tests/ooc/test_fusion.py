@@ -1,0 +1,241 @@
+"""Fused chains: elementwise and layout steps are computed when read, not written.
+
+What a user relies on: a chain ending in a reduction reads its input once and
+writes nothing; its values equal the unfused computation's bit for bit (the same
+operations in the same order); its gradient equals JAX's and is computed in one
+pass that writes only the gradient; the write-or-recompute rule writes a chain
+used many times and keeps a cheap one fused; in-place writes never change what a
+fused result says; and `explain` shows the passes with their I/O.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gradcases import GradCase, check
+
+from gradpipe import ooc
+from gradpipe.ooc._chain import is_chain
+
+
+def _persist(xp, a):
+    return xp.persist(a) if hasattr(xp, "persist") else a
+
+
+def _chain(xp, x):
+    return xp.exp(xp.tanh(x) * 0.5 + 0.1) - x * x
+
+
+CASES = [
+    GradCase("persist", lambda xp, a: _persist(xp, xp.sin(a)) * 2.0, ((37, 29),)),
+    GradCase("persist", lambda xp, a: _chain(xp, _persist(xp, _chain(xp, a))), ((37, 29),)),
+    GradCase("multiply", lambda xp, a: _chain(xp, a), ((37, 29),)),
+    GradCase(
+        "add",
+        lambda xp, a, b: xp.tanh(a * 2.0 + b) * xp.exp(-a),
+        ((37, 29), (29,)),
+    ),
+    GradCase(
+        "transpose",
+        lambda xp, a, b: xp.sin(xp.matrix_transpose(xp.cos(a)) * b),
+        ((37, 29), (29, 37)),
+    ),
+    GradCase(
+        "getitem", lambda xp, a: xp.sqrt(xp.abs(a[3:30, ::2]) + 1.0) * a[3:30, 1::2], ((37, 58),)
+    ),
+    GradCase(
+        "astype",
+        lambda xp, a: xp.astype(xp.astype(a * 3.0, xp.float32), a.dtype) + a,
+        ((37, 29),),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_fused_gradients_equal_jax(case, dtype, jit):
+    check(case, dtype, jit)
+
+
+@pytest.fixture
+def data(rng):
+    return rng.standard_normal((96, 80)).astype(np.float32)
+
+
+def _unfused(x):
+    """The same chain with every step written to disk before the next reads it."""
+    p = ooc.persist
+    return p(p(p(p(ooc.exp(p(p(ooc.tanh(x)) * 0.5) + 0.1))) - p(x * x)))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_chain_ending_in_a_mean_reads_once_writes_nothing_and_equals_unfused(data, jit):
+    with ooc.MemoryBudget(16384):
+        x = ooc.DiskArray.from_numpy(data)
+        fused = jax.jit(lambda x: ooc.mean(_chain(ooc, x))) if jit else None
+        before = ooc.io_stats()
+        value = fused(x) if jit else ooc.mean(_chain(ooc, x))
+        io = ooc.io_stats() - before
+        assert io.bytes_read == x.nbytes and io.bytes_written == 0
+        # the sums' order follows the tiles, which a chain's larger working set shrinks
+        np.testing.assert_allclose(float(value), float(ooc.mean(_unfused(x))), rtol=1e-6)
+        elementwise = _chain(ooc, x)
+        assert is_chain(elementwise._file)
+        # reading a fused result in tiles gives the unfused bytes
+        assert (
+            elementwise.to_numpy(force=True).tobytes() == _unfused(x).to_numpy(force=True).tobytes()
+        )
+        np.testing.assert_allclose(elementwise.to_numpy(force=True), _chain(np, data), rtol=1e-6)
+
+
+def test_value_and_grad_reads_twice_and_writes_only_the_gradient(data):
+    with ooc.MemoryBudget(16384):
+        x = ooc.DiskArray.from_numpy(data)
+        loss = jax.jit(jax.value_and_grad(lambda x: ooc.mean(_chain(ooc, x))))
+        loss(x)  # compile
+        before = ooc.io_stats()
+        value, g = loss(x)
+        g = ooc.persist(g)
+        io = ooc.io_stats() - before
+        assert io.bytes_read == 2 * x.nbytes
+        assert io.bytes_written == x.nbytes
+        want_v, want_g = jax.value_and_grad(lambda x: jnp.mean(_chain(jnp, x)))(data)
+        np.testing.assert_allclose(float(value), float(want_v), rtol=1e-6)
+        np.testing.assert_allclose(g.to_numpy(force=True), want_g, rtol=2e-5, atol=1e-9)
+
+
+def test_a_broadcast_bias_gradient_is_summed_in_one_pass(rng):
+    a, b = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal(48)
+    b = b.astype(np.float32)
+    with ooc.MemoryBudget(16384):
+        x, bias = ooc.DiskArray.from_numpy(a), ooc.DiskArray.from_numpy(b)
+        ga, gb = jax.grad(lambda x, c: ooc.sum(ooc.tanh(x + c) * x), argnums=(0, 1))(x, bias)
+        assert is_chain(ga._file) and not is_chain(gb._file)
+        wa, wb = jax.grad(lambda x, c: jnp.sum(jnp.tanh(x + c) * x), argnums=(0, 1))(a, b)
+        np.testing.assert_allclose(ga.to_numpy(force=True), wa, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(gb.to_numpy(force=True), wb, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- write or recompute
+
+
+def test_a_cheap_chain_read_twice_stays_fused(data):
+    with ooc.MemoryBudget(16384):
+        x = ooc.DiskArray.from_numpy(data)
+        y = ooc.tanh(x)
+        before = ooc.io_stats()
+        s, m = ooc.sum(y), ooc.max(y)
+        io = ooc.io_stats() - before
+        assert is_chain(y._file)
+        assert io.bytes_written == 0 and io.bytes_read == 2 * x.nbytes
+        np.testing.assert_allclose(float(s), np.tanh(data).sum(dtype=np.float64), rtol=1e-5)
+        assert float(m) == np.tanh(data).max()
+
+
+def test_a_costly_chain_read_again_is_written_once(rng):
+    arrays = [rng.standard_normal((96, 80)).astype(np.float32) for _ in range(4)]
+    with ooc.MemoryBudget(16384):
+        a, b, c, d = (ooc.DiskArray.from_numpy(v) for v in arrays)
+        y = ooc.exp(a) * b + ooc.sin(c) * d  # reads four arrays per element
+        before = ooc.io_stats()
+        first = ooc.sum(y)
+        after_first = ooc.io_stats() - before
+        assert after_first.bytes_written == 0  # one consumer: read through
+        second, third = ooc.max(y), ooc.min(y)
+        io = ooc.io_stats() - before
+        assert not is_chain(y._file)  # written before the second consumer
+        assert io.bytes_written == y.nbytes
+        # four inputs read through by the first consumer and again to write the
+        # chain's copy, which the other two read
+        assert io.bytes_read == 2 * 4 * a.nbytes + 2 * y.nbytes
+        want = np.exp(arrays[0]) * arrays[1] + np.sin(arrays[2]) * arrays[3]
+        np.testing.assert_allclose(float(first), want.sum(dtype=np.float64), rtol=1e-5)
+        assert float(second) == want.max() and float(third) == want.min()
+
+
+def test_a_consumer_reading_many_times_over_gets_a_written_copy(rng):
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    with ooc.MemoryBudget(65536):
+        x = ooc.DiskArray.from_numpy(a)
+        y = ooc.exp(x) * 2.0 + x
+        out = y @ y  # a product reads each operand several times over
+        assert not is_chain(y._file)
+        want = (np.exp(a) * 2 + a) @ (np.exp(a) * 2 + a)
+        np.testing.assert_allclose(out.to_numpy(force=True), want, rtol=2e-4)
+
+
+def test_a_very_long_chain_is_cut_and_stays_correct(rng):
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+    with ooc.MemoryBudget(16384):
+        x = ooc.DiskArray.from_numpy(a)
+        y, want = x, a
+        for _ in range(120):
+            y, want = ooc.sin(y) + 0.01, np.sin(want) + np.float32(0.01)
+        assert y._file.depth <= ooc._chain.MAX_DEPTH
+        np.testing.assert_allclose(y.to_numpy(force=True), want, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- writes in place
+
+
+def test_update_of_an_input_does_not_change_a_fused_result(data):
+    with ooc.MemoryBudget(16384):
+        x = ooc.DiskArray.from_numpy(data)
+        y = x * 2.0  # fused: reads x when read
+        ooc.update_(x, x + 1.0)  # reads x too: written first, then x overwritten
+        np.testing.assert_array_equal(x.to_numpy(force=True), data + 1)
+        np.testing.assert_array_equal(y.to_numpy(force=True), data * 2)
+
+
+def test_a_jitted_training_step_updates_weights_it_reads(rng):
+    X = rng.standard_normal((128, 8)).astype(np.float32)
+    w0 = rng.standard_normal((8, 1)).astype(np.float32)
+    with ooc.MemoryBudget(16384):
+        x, w = ooc.DiskArray.from_numpy(X), ooc.DiskArray.from_numpy(w0)
+
+        def loss(w):
+            return ooc.mean(ooc.tanh(x @ w)) + ooc.sum(w * w)
+
+        step = jax.jit(lambda w: ooc.update_(w, w - 0.1 * jax.grad(loss)(w)))
+        want = w0
+        for _ in range(3):
+            w = step(w)
+            g = jax.grad(lambda w: jnp.mean(jnp.tanh(X @ w)) + jnp.sum(w * w))(want)
+            want = want - 0.1 * g
+        np.testing.assert_allclose(w.to_numpy(force=True), want, rtol=1e-5, atol=1e-6)
+
+
+def test_setitem_on_a_fused_result_writes_it_and_leaves_inputs(data):
+    with ooc.MemoryBudget(16384):
+        x = ooc.DiskArray.from_numpy(data)
+        y = x * 2.0
+        z = y + 1.0  # reads y
+        y[0] = 7.0
+        assert not is_chain(y._file)
+        np.testing.assert_array_equal(x.to_numpy(force=True), data)
+        assert (y.to_numpy(force=True)[0] == 7).all()
+        np.testing.assert_array_equal(y.to_numpy(force=True)[1:], data[1:] * 2)
+        np.testing.assert_array_equal(z.to_numpy(force=True), data * 2 + 1)  # made before the write
+
+
+# ---------------------------------------------------------------- explain
+
+
+def test_explain_shows_passes_formulas_and_io(data):
+    with ooc.MemoryBudget(16384):
+        x = ooc.DiskArray.from_numpy(data)
+        plan = ooc.explain(jax.value_and_grad(lambda x: ooc.mean(_chain(ooc, x))), x)
+        forward, store = plan.stages[0], plan.stages[-1]
+        assert forward.name == "mean" and "tanh(x0)" in forward.reads[0]
+        assert forward.io.bytes_read == forward.projected_read_bytes == x.nbytes
+        assert forward.io.bytes_written == 0
+        assert store.name == "store" and store.io.bytes_written == x.nbytes
+        assert store.io.bytes_read == store.projected_read_bytes == x.nbytes
+        assert forward.projected_peak_bytes <= 16384 and forward.tiles > 1
+        assert plan.fused >= 6
+        assert plan.io.bytes_read == 2 * x.nbytes
+        text = str(plan)
+        assert "mean" in text and "store" in text and "fused" in text
+        _value, g = plan.result
+        assert not is_chain(g._file)  # store_results wrote it
