@@ -29,7 +29,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["ChainFile", "MAX_DEPTH", "describe", "is_chain", "settle_readers", "unstored"]
+__all__ = ["ChainFile", "MAX_DEPTH", "Unread", "describe", "is_chain", "settle_readers", "unstored"]
 
 #: Chains longer than this are cut: their deepest input is written first (a read
 #: through the chain recurses once per step).
@@ -89,8 +89,9 @@ class ChainFile:
 
     is_scratch = True
 
-    def __init__(self, node: _Node, index: int, dtype, page_shape):
+    def __init__(self, node: _Node, index: int, dtype, page_shape, budget_bytes: int):
         self.node: _Node | None = node
+        self.budget_bytes = int(budget_bytes)  # the budget its pieces are sized for
         self.index = index
         self.shape = node.out_shape
         self.dtype = np.dtype(dtype)
@@ -105,7 +106,7 @@ class ChainFile:
     # -- building --------------------------------------------------------------
 
     @classmethod
-    def forward(cls, op, inputs, out_shape, dtype, page_shape) -> ChainFile:
+    def forward(cls, op, inputs, out_shape, dtype, page_shape, budget_bytes) -> ChainFile:
         """The lazy output of block map ``op`` on ``inputs`` (files or 0-d values)."""
         shapes = [tuple(v.shape) for v in inputs]
         into = getattr(op, "forward_into", None)
@@ -121,14 +122,17 @@ class ChainFile:
             out = np.asarray(op.forward_block(*blocks))
             return (out if out.dtype == dtype else out.astype(dtype),)
 
-        node = _Node(op.name, inputs, regions, compute, out_shape)
-        return cls(node, 0, dtype, page_shape)
+        fast = getattr(op, "chain_kernel", None)
+        node = _Node(op.name, inputs, regions, fast(dtype) if fast else compute, out_shape)
+        return cls(node, 0, dtype, page_shape, budget_bytes)
 
     @classmethod
-    def gradients(cls, label, sources, regions, compute, out_shape, dtypes, page_shape):
+    def gradients(
+        cls, label, sources, regions, compute, out_shape, dtypes, page_shape, budget_bytes
+    ):
         """One lazy output per entry of ``dtypes``, all computed by one ``compute``."""
         node = _Node(label, sources, regions, compute, out_shape, len(dtypes))
-        return [cls(node, i, d, page_shape) for i, d in enumerate(dtypes)]
+        return [cls(node, i, d, page_shape, budget_bytes) for i, d in enumerate(dtypes)]
 
     # -- once stored: the stored file's interface ---------------------------------
 
@@ -164,15 +168,29 @@ class ChainFile:
         return tuple(slice(*s.indices(n)[:2]) for s, n in zip(region, self.shape))
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
-        """The values in ``region`` (computed through the chain, or from the stored copy)."""
+        """The values in ``region`` (computed through the chain, or from the stored copy).
+
+        The stored inputs' regions are read whole, once; the chain then runs on
+        cache-sized pieces of the region (`SUB_BYTES`), so its intermediates stay
+        small, in cache, and out of the page-fault path of fresh large buffers.
+        """
         stored = self.stored
         if stored is not None:
             return stored.read(region, out)
         region = self.normalize(region)
-        block = _Evaluation(self).block(self, region)
         if out is None:
-            return np.ascontiguousarray(block)
-        out[...] = block
+            out = np.empty(tuple(s.stop - s.start for s in region), self.dtype)
+        ev = _Evaluation(self, region)
+        try:
+            with np.errstate(all="ignore"):  # log(0) is -inf, as in NumPy: no warning
+                for sub in _pieces_of(region, ev.piece_elements):
+                    local = tuple(
+                        slice(a.start - r.start, a.stop - r.start) for a, r in zip(sub, region)
+                    )
+                    out[local] = ev.block(self, sub)
+                    ev.kept.clear()
+        finally:
+            ev.release()
         return out
 
     # -- planning --------------------------------------------------------------
@@ -239,6 +257,21 @@ class ChainFile:
         return f"ChainFile({self.dtype.name}{list(self.shape)}, {state}: {describe(self)})"
 
 
+class Unread:
+    """A stand-in source a chain's step never reads (the VJP of ``a - b`` needs
+    neither ``a`` nor ``b``): zeros of the right shape and dtype, computed from
+    nothing, so the chain below it is not evaluated."""
+
+    on_disk = False
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    def read(self, region=None, out=None):
+        shape = self.shape if region is None else tuple(s.stop - s.start for s in region)
+        return np.broadcast_to(np.zeros((), self.dtype), shape)
+
+
 # ---------------------------------------------------------------- one read
 
 
@@ -250,12 +283,65 @@ def current_region() -> Region:
     return _current.region
 
 
-class _Evaluation:
-    """One read through a chain: blocks of shared nodes kept for the read's length."""
+#: The size of the pieces a chain runs on within one read (its intermediates).
+SUB_BYTES = 512 * 2**10
 
-    def __init__(self, top: ChainFile):
-        self.shared = top.stats().shared
+
+def _pieces_of(region: Region, limit: int):
+    """``region`` cut into C-ordered pieces of at most ``limit`` elements (whole
+    trailing axes where they fit)."""
+    sizes = [s.stop - s.start for s in region]
+    if not sizes or math.prod(sizes) <= limit:
+        yield region
+        return
+    k = 0
+    while k < len(sizes) - 1 and math.prod(sizes[k + 1 :]) > limit:
+        k += 1
+    step = max(1, limit // max(math.prod(sizes[k + 1 :]), 1))
+    outer = [range(s.start, s.stop) for s in region[:k]]
+    for lead in itertools.product(*outer):
+        head = tuple(slice(i, i + 1) for i in lead)
+        r = region[k]
+        for a in range(r.start, r.stop, step):
+            yield (*head, slice(a, min(a + step, r.stop)), *region[k + 1 :])
+
+
+class _Evaluation:
+    """One read through a chain: its stored inputs' regions read once, then the
+    graph evaluated piece by piece, blocks of shared nodes kept within a piece."""
+
+    def __init__(self, top: ChainFile, region: Region):
+        stats = top.stats()
+        self.shared = stats.shared
+        self.piece_elements = max(1, stats.piece_bytes // stats.max_itemsize)
         self.kept: dict = {}
+        self.leaves: dict[int, list] = {}  # id(file) -> [(region, block)]
+        self._prefetch(top, region, set())
+
+    def _prefetch(self, src, region, seen) -> None:
+        if isinstance(src, np.ndarray):
+            return
+        if isinstance(src, ChainFile) and src.stored is None and src.node is not None:
+            node = src.node
+            key = (id(node), _key(region))
+            if key in seen:
+                return
+            seen.add(key)
+            for s, r in zip(node.sources, node.regions(region)):
+                self._prefetch(s, r, seen)
+            return
+        f = src.stored if isinstance(src, ChainFile) else src
+        if not f.shape or not getattr(f, "on_disk", True):
+            return  # 0-d values and constants are made where they are needed
+        held = self.leaves.setdefault(id(f), [])
+        if not any(_contains(r, region) for r, _ in held):
+            held.append((region, f.read(region, _buffer(region, f.dtype))))
+
+    def release(self) -> None:
+        for held in self.leaves.values():
+            for _, b in held:
+                _give_back(b)
+        self.leaves.clear()
 
     def block(self, src, region):
         if isinstance(src, np.ndarray):  # a 0-d value
@@ -282,13 +368,40 @@ class _Evaluation:
     def _stored(self, f, region):
         if not f.shape:
             return f.read(None)
-        if id(f) not in self.shared:
-            return f.read(region)
-        key = (id(f), _key(region))
-        b = self.kept.get(key)
-        if b is None:
-            b = self.kept[key] = f.read(region)
-        return b
+        for r, b in self.leaves.get(id(f), ()):
+            if _contains(r, region):
+                return b[
+                    tuple(slice(a.start - o.start, a.stop - o.start) for a, o in zip(region, r))
+                ]
+        return f.read(region)
+
+
+def _contains(outer: Region, inner: Region) -> bool:
+    return all(o.start <= i.start and i.stop <= o.stop for o, i in zip(outer, inner))
+
+
+_pool = threading.local()
+
+
+def _buffer(region: Region, dtype) -> np.ndarray:
+    """A C-contiguous buffer for a stored input's block, reused from this thread's
+    last reads where one of the shape is free (fresh large buffers cost page faults)."""
+    shape = tuple(s.stop - s.start for s in region)
+    free = getattr(_pool, "free", None)
+    if free is None:
+        free = _pool.free = []
+    for k, b in enumerate(free):
+        if b.shape == shape and b.dtype == dtype:
+            return free.pop(k)
+    return np.empty(shape, dtype)
+
+
+def _give_back(b: np.ndarray) -> None:
+    free = getattr(_pool, "free", None)
+    if free is None:
+        free = _pool.free = []
+    free.append(b)
+    del free[:-4]  # the blocks of the last read or two
 
 
 # ---------------------------------------------------------------- statistics
@@ -309,11 +422,18 @@ class _Stats:
         self.shared = {k for k, n in uses.items() if n > 1}
         self.leaves = [(leaf, factor) for kind, leaf, _, factor in order if kind == "leaf"]
         self.steps = [(node.label, factor) for kind, node, _, factor in order if kind == "node"]
-        itemsizes = [f.dtype.itemsize * factor for _, _, f, factor in order]
-        # a read holds shared blocks throughout, plus (at most) every other block of
-        # one path through the graph and one step's temporaries: bounded here by
-        # all blocks at once and two more of the largest
-        self.peak = sum(itemsizes) + 2 * max(itemsizes, default=0)
+        # a read holds its stored inputs' blocks and its output block; the chain's
+        # intermediates are piece-sized (`SUB_BYTES` each, at most one per step)
+        self.max_itemsize = max((f.dtype.itemsize for _, _, f, _ in order), default=1)
+        self.peak = top.dtype.itemsize + sum(
+            leaf.dtype.itemsize * factor
+            for kind, leaf, _, factor in order
+            if kind == "leaf" and getattr(leaf, "on_disk", True)
+        )
+        steps = sum(kind == "node" for kind, *_ in order)
+        # pieces small enough that all of one read's take a sixteenth of the budget
+        self.piece_bytes = max(16, min(SUB_BYTES, top.budget_bytes // (32 * (1 + steps))))
+        self.fixed = 2 * self.piece_bytes * (1 + steps)
         self.leaf_bytes = sum(
             leaf.dtype.itemsize * factor
             for leaf, factor in self.leaves
@@ -401,6 +521,8 @@ def _formula(g, name_leaf) -> str:
     if node is not None:
         text = f"{node.label}({', '.join(_formula(s, name_leaf) for s in node.sources)})"
         return f"{text}[{g.index}]" if _outputs(g) > 1 else text
+    if isinstance(g, Unread):
+        return "_"
     return name_leaf(g.stored if isinstance(g, ChainFile) else g)
 
 

@@ -69,6 +69,11 @@ def _disk_bytes(v) -> float:
     return np.dtype(v.dtype).itemsize if getattr(v, "on_disk", True) else 0
 
 
+def _recyclable(src) -> bool:
+    """Whether blocks of ``src`` are read into driver-owned buffers."""
+    return isinstance(src, PagedFile) or is_chain(src)
+
+
 def _first_tile(out_shape, red_shape, tile) -> tuple[Region, Region]:
     """The first step's output and reduction regions (clipped to the loop)."""
     n_out = len(out_shape)
@@ -235,6 +240,8 @@ class Driver:
         ahead = _ahead([*inputs, g] if g is not None else inputs)
         # a cotangent computed on read holds its chain's blocks as well
         g_item = g.stats().peak if is_chain(g) else 0
+        # and every chain read holds piece-sized intermediates
+        fixed = (1 + ahead) * sum(v.stats().fixed for v in (*inputs, g) if is_chain(v))
 
         def bytes_for(tile: tuple[int, ...]) -> int:
             out_r = tuple(slice(0, t) for t in tile[:n_out])
@@ -243,8 +250,9 @@ class Driver:
             ins = sum(_nbytes(r, s) for r, s in zip(regions, sizes))
             out = _nbytes(out_r, acc_item)
             if phase == "forward":
-                return int((1 + ahead) * ins + 3 * out)
-            return int((1 + ahead) * (ins + _nbytes(out_r, g_item)) + 3 * out + 3 * ins)
+                return int((1 + ahead) * ins + 3 * out + fixed)
+            g_block = _nbytes(out_r, g_item)
+            return int((1 + ahead) * (ins + g_block) + 3 * out + 3 * ins + fixed)
 
         self._bytes_for = bytes_for
 
@@ -303,33 +311,38 @@ class Driver:
         spare: list[list[np.ndarray]] = [[] for _ in sources]
         lock = threading.Lock()
 
+        # one step in flight: a block read for the step before is reused when the
+        # region is the same; two: every step reads its own (so a finished step's
+        # blocks are free for the next read)
+        dedupe = ahead == 1
+
         def load(regions):
             blocks = []
             for i, (src, r) in enumerate(zip(sources, regions)):
                 key = None if r is None else tuple((s.start, s.stop) for s in r)
-                with lock:
-                    prev_key, prev = last[i]
-                if prev is not None and key == prev_key:
-                    blocks.append(prev)
-                    continue
-                if isinstance(src, PagedFile) and r is not None:
+                if dedupe:
+                    with lock:
+                        prev_key, prev = last[i]
+                    if prev is not None and key == prev_key:
+                        blocks.append(prev)
+                        continue
+                if r is not None and _recyclable(src):
                     r = src.normalize(r)
                     with lock:
                         buf = _take(spare[i], tuple(s.stop - s.start for s in r), src.dtype)
                     b = src.read(r, out=buf)
                 else:
                     b = self.read(src, r)
-                with lock:
-                    last[i] = (key, b)
+                if dedupe:
+                    with lock:
+                        last[i] = (key, b)
                 blocks.append(b)
             return blocks
 
         def recycle(done: list[np.ndarray], still: list[np.ndarray]) -> None:
-            if ahead > 1:  # a block may still be in use by a step in flight
-                return
             with lock:
                 for i, b in enumerate(done):
-                    if b is not still[i] and isinstance(sources[i], PagedFile):
+                    if (not dedupe or b is not still[i]) and _recyclable(sources[i]):
                         spare[i].append(b)
 
         steps = iter(steps)
@@ -379,7 +392,7 @@ class Driver:
         dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
         page = _page_like(inputs, out_shape, dtype.itemsize, self.budget)
         _stages.fused()
-        return ChainFile.forward(op, list(inputs), out_shape, dtype, page)
+        return ChainFile.forward(op, list(inputs), out_shape, dtype, page, self.budget.nbytes)
 
     def fuse_map(self, label, sources, regions, compute, shape, dtypes) -> list[ChainFile]:
         """Chains computed on read by one block function (a fused backward pass):
@@ -390,7 +403,9 @@ class Driver:
                 v.store(self)
         page = _page_like(sources, shape, max(np.dtype(d).itemsize for d in dtypes), self.budget)
         _stages.fused()
-        return ChainFile.gradients(label, sources, regions, compute, shape, dtypes, page)
+        return ChainFile.gradients(
+            label, sources, regions, compute, shape, dtypes, page, self.budget.nbytes
+        )
 
     def _stage(self, op, phase, inputs, plan, write_bytes, g=None):
         """The `_stages.stage` of one pass (``g``: a backward pass's cotangent), with

@@ -21,10 +21,12 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import core as _core
+from jax._src.interpreters import partial_eval as _pe
 
 from . import _numpy_eval
 
-__all__ = ["check_vjp", "kernel_dtype", "run_forward", "run_in_jax", "run_vjp"]
+__all__ = ["check_vjp", "kernel_dtype", "run_forward", "run_in_jax", "run_vjp", "vjp_reads"]
 
 _lock = threading.Lock()
 
@@ -69,11 +71,12 @@ def run_vjp(kernel: Callable, params: tuple, g: np.ndarray, blocks, wants) -> li
     a broadcast input's cotangent is summed over the axes it was broadcast along.
     """
     key = tuple((np.shape(b), np.asarray(b).dtype.str) for b in blocks)
-    jaxpr, out_dtype = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
+    jaxpr, out_dtype, used = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
     g = np.asarray(g)
     if g.dtype != out_dtype:
         g = g.astype(out_dtype)
-    outs = iter(_numpy_eval.evaluate(jaxpr, g, *blocks))
+    args = [a for a, u in zip((g, *blocks), used) if u]
+    outs = iter(_numpy_eval.evaluate(jaxpr, *args))
     return [next(outs) if w else None for w in wants]
 
 
@@ -86,7 +89,7 @@ def check_vjp(kernel: Callable, params: tuple, types, wants, label: str) -> None
     """
     key = tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
     try:
-        jaxpr, _ = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
+        jaxpr, _, _ = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
         missing = _numpy_eval.unsupported(jaxpr)
         if missing:
             raise NotImplementedError(f"no host rule for JAX's {', '.join(missing)}")
@@ -97,6 +100,15 @@ def check_vjp(kernel: Callable, params: tuple, types, wants, label: str) -> None
             f"kernel ({message}). Stop the gradient before it (jax.lax.stop_gradient) or "
             "compute it in memory."
         ) from None
+
+
+def vjp_reads(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]:
+    """Which input blocks the kernel's VJP reads (the VJP of ``a - b`` reads
+    neither, of ``a * b`` both): a fused backward pass need not compute the others.
+    Decided on the stand-in shapes of `check_vjp`."""
+    key = tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
+    _, _, used = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
+    return used[1:]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -119,5 +131,8 @@ def _vjp_program(kernel, params, key, wants):
 
     with _lock, jax.enable_x64(True):
         out = jax.eval_shape(f, *specs)
-        jaxpr = jax.make_jaxpr(back)(jax.ShapeDtypeStruct(out.shape, out.dtype), *specs)
-    return jaxpr, np.dtype(out.dtype)
+        closed = jax.make_jaxpr(back)(jax.ShapeDtypeStruct(out.shape, out.dtype), *specs)
+        # without the forward work the cotangents do not need (the primal output of
+        # ``a - b``), and without the inputs no step reads
+        jaxpr, used = _pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
+    return _core.ClosedJaxpr(jaxpr, closed.consts), np.dtype(out.dtype), tuple(used)

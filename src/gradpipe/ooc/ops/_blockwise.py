@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._kernel import check_vjp, kernel_dtype, run_forward, run_in_jax, run_vjp
+from .._chain import Unread
+from .._kernel import check_vjp, kernel_dtype, run_forward, run_in_jax, run_vjp, vjp_reads
 from .._op import BlockParallelOp, apply, frozen
 from .._promotion import is_differentiable, to_primal_dtype
 
@@ -71,6 +72,17 @@ class Blockwise(BlockParallelOp):
         dtype = self.output_dtype(*[b.dtype for b in blocks])
         return out if out.dtype == dtype else out.astype(dtype)
 
+    def chain_kernel(self, dtype):
+        """``forward_block`` for reads through a chain: NumPy's warnings are already
+        off there and the output dtype is known, so each piece is one kernel call."""
+        kernel, params = self.kernel, dict(self.params)
+
+        def compute(blocks):
+            out = np.asarray(kernel(np, *blocks, **params))
+            return (out if out.dtype == dtype else out.astype(dtype),)
+
+        return compute
+
     def backward_block(self, g, *blocks):
         wants = self.wants if self.wants is not None else (True,) * len(blocks)
         wants = tuple(bool(w) and is_differentiable(b.dtype) for w, b in zip(wants, blocks))
@@ -108,9 +120,14 @@ class Blockwise(BlockParallelOp):
                 parts = op.backward_block(blocks[0], *blocks[1:])
                 return tuple(parts[i] for i in fused)
 
+            # inputs the VJP does not read are not computed (nor their chains)
+            reads = vjp_reads(self.kernel, self.params, inputs, op.wants)
+            sources = [
+                v if r or not v.shape else Unread(v.shape, v.dtype) for v, r in zip(inputs, reads)
+            ]
             chains = driver.fuse_map(
                 f"d{self.label}",
-                [g, *inputs],
+                [g, *sources],
                 lambda out_r: (out_r, *self.index_map(out_r, (), *[v.shape for v in inputs])),
                 compute,
                 shape,

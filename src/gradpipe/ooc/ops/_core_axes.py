@@ -206,7 +206,7 @@ class CoreAxes(CustomOp):
             (self._stand_in(i, t.shape), np.dtype(t.dtype).str) for i, t in enumerate(in_types)
         )
         try:
-            jaxpr, _ = _vjp_program(self.kernel, self.params, key, tuple(wants))
+            jaxpr, _, _ = _vjp_program(self.kernel, self.params, key, tuple(wants))
             missing = unsupported(jaxpr)
             if missing:
                 raise NotImplementedError(f"no host rule for JAX's {', '.join(missing)}")
