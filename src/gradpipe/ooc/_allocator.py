@@ -6,6 +6,12 @@ memory. With a reader thread and a compute thread that alternately allocate and
 free tiles, resident memory then grows well past the budget. Fixing the threshold
 at 1 MiB (which also turns off the dynamic adjustment) makes every tile buffer an
 mmap that goes back to the system when freed. Other allocations are unaffected.
+
+Fixing the mmap threshold also fixes the trim threshold at its default, 128 KiB:
+each time the top of a heap has that much free, it is handed back, and the next
+allocation faults its pages in again. Fused chains allocate many blocks of a few
+hundred KiB (their pieces, `_chain.SUB_BYTES`); the trim threshold is therefore
+raised to 8 MiB, which bounds what each heap keeps.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import ctypes.util
 
 __all__ = ["use_mmap_for_tiles"]
 
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_TRIM_BYTES = 8 * 2**20
 _done = [False]
 
 
@@ -26,6 +34,7 @@ def use_mmap_for_tiles(threshold: int = 2**20) -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold))
+        ok = ok and bool(libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES))
     except (OSError, AttributeError):
         ok = False
     _done[0] = ok

@@ -202,6 +202,13 @@ class ChainFile:
             s = self._stats = _Stats(self)
         return s
 
+    def fit_budget(self, nbytes: int) -> None:
+        """Size this chain's pieces for a budget of ``nbytes`` if that is smaller than
+        the one it was made under (a consumer planned under a tighter budget)."""
+        if nbytes < self.budget_bytes:
+            self.budget_bytes = int(nbytes)
+            self._stats = None
+
     @property
     def depth(self) -> int:
         return 0 if self.stored is not None else self.stats().depth

@@ -225,6 +225,9 @@ class Driver:
         ]
 
     def _tile_plan(self, op, inputs, phase: str, g=None) -> tuple[tuple, tuple, tuple]:
+        for v in (*inputs, g):
+            if is_chain(v):
+                v.fit_budget(self.budget.nbytes)
         shapes = [tuple(v.shape) for v in inputs]
         out_shape = tuple(op.output_shape(*shapes))
         red_shape = tuple(op.reduction_shape(*shapes))
