@@ -8,10 +8,10 @@ its inputs. ``read(region)`` computes the region from the inputs' regions, which
 are themselves read through when they are chains; so a reduction, a contraction
 or a save after k elementwise steps reads the stored data once, not k times.
 
-One read evaluates the chain's graph for one region. A node or stored input read
-by several nodes of the graph (``x`` in ``tanh(x) - x * x``) is computed or read
-once per region and kept for the rest of that read; every other block is dropped
-as soon as its consumer has run.
+One read evaluates the chain's graph for one region (`_chain_read`). A node or
+stored input read by several nodes of the graph (``x`` in ``tanh(x) - x * x``) is
+computed or read once per region and kept for the rest of that read; every other
+block is dropped as soon as its consumer has run.
 
 The cost rule (`ChainFile.should_store`): a consumer that will read a chain p
 times over (its tile plan says so) reads it through while that costs less than
@@ -40,6 +40,9 @@ MAX_DEPTH = 48
 #: would read that much more.
 MAX_READ_FACTOR = 4.0
 
+#: The size of the pieces a chain runs on within one read (its intermediates).
+SUB_BYTES = 512 * 2**10
+
 Region = tuple[slice, ...]
 
 
@@ -53,7 +56,8 @@ def unstored(values) -> list[ChainFile]:
     return [v for v in values if is_chain(v)]
 
 
-def _key(region: Region | None):
+def region_key(region: Region | None):
+    """A hashable form of ``region`` (None for a 0-d value)."""
     return None if region is None else tuple((s.start, s.stop) for s in region)
 
 
@@ -116,6 +120,8 @@ class ChainFile:
 
         def compute(blocks):
             if into is not None:
+                from ._chain_read import current_region
+
                 out = np.empty(tuple(s.stop - s.start for s in current_region()), dtype)
                 into(out, *blocks, accumulate=False)
                 return (out,)
@@ -180,10 +186,12 @@ class ChainFile:
         region = self.normalize(region)
         if out is None:
             out = np.empty(tuple(s.stop - s.start for s in region), self.dtype)
-        ev = _Evaluation(self, region)
+        from ._chain_read import Evaluation, pieces_of  # it reads ChainFiles
+
+        ev = Evaluation(self, region)
         try:
             with np.errstate(all="ignore"):  # log(0) is -inf, as in NumPy: no warning
-                for sub in _pieces_of(region, ev.piece_elements):
+                for sub in pieces_of(region, ev.piece_elements):
                     local = tuple(
                         slice(a.start - r.start, a.stop - r.start) for a, r in zip(sub, region)
                     )
@@ -277,138 +285,6 @@ class Unread:
     def read(self, region=None, out=None):
         shape = self.shape if region is None else tuple(s.stop - s.start for s in region)
         return np.broadcast_to(np.zeros((), self.dtype), shape)
-
-
-# ---------------------------------------------------------------- one read
-
-
-_current = threading.local()
-
-
-def current_region() -> Region:
-    """The output region the node being computed on this thread produces."""
-    return _current.region
-
-
-#: The size of the pieces a chain runs on within one read (its intermediates).
-SUB_BYTES = 512 * 2**10
-
-
-def _pieces_of(region: Region, limit: int):
-    """``region`` cut into C-ordered pieces of at most ``limit`` elements (whole
-    trailing axes where they fit)."""
-    sizes = [s.stop - s.start for s in region]
-    if not sizes or math.prod(sizes) <= limit:
-        yield region
-        return
-    k = 0
-    while k < len(sizes) - 1 and math.prod(sizes[k + 1 :]) > limit:
-        k += 1
-    step = max(1, limit // max(math.prod(sizes[k + 1 :]), 1))
-    outer = [range(s.start, s.stop) for s in region[:k]]
-    for lead in itertools.product(*outer):
-        head = tuple(slice(i, i + 1) for i in lead)
-        r = region[k]
-        for a in range(r.start, r.stop, step):
-            yield (*head, slice(a, min(a + step, r.stop)), *region[k + 1 :])
-
-
-class _Evaluation:
-    """One read through a chain: its stored inputs' regions read once, then the
-    graph evaluated piece by piece, blocks of shared nodes kept within a piece."""
-
-    def __init__(self, top: ChainFile, region: Region):
-        stats = top.stats()
-        self.shared = stats.shared
-        self.piece_elements = max(1, stats.piece_bytes // stats.max_itemsize)
-        self.kept: dict = {}
-        self.leaves: dict[int, list] = {}  # id(file) -> [(region, block)]
-        self._prefetch(top, region, set())
-
-    def _prefetch(self, src, region, seen) -> None:
-        if isinstance(src, np.ndarray):
-            return
-        if isinstance(src, ChainFile) and src.stored is None and src.node is not None:
-            node = src.node
-            key = (id(node), _key(region))
-            if key in seen:
-                return
-            seen.add(key)
-            for s, r in zip(node.sources, node.regions(region)):
-                self._prefetch(s, r, seen)
-            return
-        f = src.stored if isinstance(src, ChainFile) else src
-        if not f.shape or not getattr(f, "on_disk", True):
-            return  # 0-d values and constants are made where they are needed
-        held = self.leaves.setdefault(id(f), [])
-        if not any(_contains(r, region) for r, _ in held):
-            held.append((region, f.read(region, _buffer(region, f.dtype))))
-
-    def release(self) -> None:
-        for held in self.leaves.values():
-            for _, b in held:
-                _give_back(b)
-        self.leaves.clear()
-
-    def block(self, src, region):
-        if isinstance(src, np.ndarray):  # a 0-d value
-            return src
-        if isinstance(src, ChainFile):
-            node = src.node
-            if src.stored is not None or node is None:
-                return self._stored(src.stored, region)
-            key = (id(node), _key(region))
-            outs = self.kept.get(key)
-            if outs is None:
-                blocks = [self.block(s, r) for s, r in zip(node.sources, node.regions(region))]
-                previous = getattr(_current, "region", None)
-                _current.region = region
-                try:
-                    outs = node.compute(blocks)
-                finally:
-                    _current.region = previous
-                if id(node) in self.shared:
-                    self.kept[key] = outs
-            return outs[src.index]
-        return self._stored(src, region)
-
-    def _stored(self, f, region):
-        if not f.shape:
-            return f.read(None)
-        for r, b in self.leaves.get(id(f), ()):
-            if _contains(r, region):
-                return b[
-                    tuple(slice(a.start - o.start, a.stop - o.start) for a, o in zip(region, r))
-                ]
-        return f.read(region)
-
-
-def _contains(outer: Region, inner: Region) -> bool:
-    return all(o.start <= i.start and i.stop <= o.stop for o, i in zip(outer, inner))
-
-
-_pool = threading.local()
-
-
-def _buffer(region: Region, dtype) -> np.ndarray:
-    """A C-contiguous buffer for a stored input's block, reused from this thread's
-    last reads where one of the shape is free (fresh large buffers cost page faults)."""
-    shape = tuple(s.stop - s.start for s in region)
-    free = getattr(_pool, "free", None)
-    if free is None:
-        free = _pool.free = []
-    for k, b in enumerate(free):
-        if b.shape == shape and b.dtype == dtype:
-            return free.pop(k)
-    return np.empty(shape, dtype)
-
-
-def _give_back(b: np.ndarray) -> None:
-    free = getattr(_pool, "free", None)
-    if free is None:
-        free = _pool.free = []
-    free.append(b)
-    del free[:-4]  # the blocks of the last read or two
 
 
 # ---------------------------------------------------------------- statistics

@@ -1,0 +1,143 @@
+"""Reading through a chain: one region of a `ChainFile` computed from its inputs.
+
+The stored inputs' regions are read whole, once per read, into buffers this
+thread reuses; the chain's graph then runs on cache-sized pieces of the region
+(`_chain.SUB_BYTES`), with blocks of nodes used twice kept within a piece.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+
+import numpy as np
+
+from ._chain import ChainFile, Region, region_key
+
+__all__ = ["Evaluation", "current_region", "pieces_of"]
+
+
+_current = threading.local()
+
+
+def current_region() -> Region:
+    """The output region the node being computed on this thread produces."""
+    return _current.region
+
+
+def pieces_of(region: Region, limit: int):
+    """``region`` cut into C-ordered pieces of at most ``limit`` elements (whole
+    trailing axes where they fit)."""
+    sizes = [s.stop - s.start for s in region]
+    if not sizes or math.prod(sizes) <= limit:
+        yield region
+        return
+    k = 0
+    while k < len(sizes) - 1 and math.prod(sizes[k + 1 :]) > limit:
+        k += 1
+    step = max(1, limit // max(math.prod(sizes[k + 1 :]), 1))
+    outer = [range(s.start, s.stop) for s in region[:k]]
+    for lead in itertools.product(*outer):
+        head = tuple(slice(i, i + 1) for i in lead)
+        r = region[k]
+        for a in range(r.start, r.stop, step):
+            yield (*head, slice(a, min(a + step, r.stop)), *region[k + 1 :])
+
+
+class Evaluation:
+    """One read through a chain: its stored inputs' regions read once, then the
+    graph evaluated piece by piece, blocks of shared nodes kept within a piece."""
+
+    def __init__(self, top: ChainFile, region: Region):
+        stats = top.stats()
+        self.shared = stats.shared
+        self.piece_elements = max(1, stats.piece_bytes // stats.max_itemsize)
+        self.kept: dict = {}
+        self.leaves: dict[int, list] = {}  # id(file) -> [(region, block)]
+        self._prefetch(top, region, set())
+
+    def _prefetch(self, src, region, seen) -> None:
+        if isinstance(src, np.ndarray):
+            return
+        if isinstance(src, ChainFile) and src.stored is None and src.node is not None:
+            node = src.node
+            key = (id(node), region_key(region))
+            if key in seen:
+                return
+            seen.add(key)
+            for s, r in zip(node.sources, node.regions(region)):
+                self._prefetch(s, r, seen)
+            return
+        f = src.stored if isinstance(src, ChainFile) else src
+        if not f.shape or not getattr(f, "on_disk", True):
+            return  # 0-d values and constants are made where they are needed
+        held = self.leaves.setdefault(id(f), [])
+        if not any(_contains(r, region) for r, _ in held):
+            held.append((region, f.read(region, _buffer(region, f.dtype))))
+
+    def release(self) -> None:
+        for held in self.leaves.values():
+            for _, b in held:
+                _give_back(b)
+        self.leaves.clear()
+
+    def block(self, src, region):
+        if isinstance(src, np.ndarray):  # a 0-d value
+            return src
+        if isinstance(src, ChainFile):
+            node = src.node
+            if src.stored is not None or node is None:
+                return self._stored(src.stored, region)
+            key = (id(node), region_key(region))
+            outs = self.kept.get(key)
+            if outs is None:
+                blocks = [self.block(s, r) for s, r in zip(node.sources, node.regions(region))]
+                previous = getattr(_current, "region", None)
+                _current.region = region
+                try:
+                    outs = node.compute(blocks)
+                finally:
+                    _current.region = previous
+                if id(node) in self.shared:
+                    self.kept[key] = outs
+            return outs[src.index]
+        return self._stored(src, region)
+
+    def _stored(self, f, region):
+        if not f.shape:
+            return f.read(None)
+        for r, b in self.leaves.get(id(f), ()):
+            if _contains(r, region):
+                return b[
+                    tuple(slice(a.start - o.start, a.stop - o.start) for a, o in zip(region, r))
+                ]
+        return f.read(region)
+
+
+def _contains(outer: Region, inner: Region) -> bool:
+    return all(o.start <= i.start and i.stop <= o.stop for o, i in zip(outer, inner))
+
+
+_pool = threading.local()
+
+
+def _buffer(region: Region, dtype) -> np.ndarray:
+    """A C-contiguous buffer for a stored input's block, reused from this thread's
+    last reads where one of the shape is free (fresh large buffers cost page faults)."""
+    shape = tuple(s.stop - s.start for s in region)
+    free = getattr(_pool, "free", None)
+    if free is None:
+        free = _pool.free = []
+    for k, b in enumerate(free):
+        if b.shape == shape and b.dtype == dtype:
+            return free.pop(k)
+    return np.empty(shape, dtype)
+
+
+def _give_back(b: np.ndarray) -> None:
+    free = getattr(_pool, "free", None)
+    if free is None:
+        free = _pool.free = []
+    free.append(b)
+    del free[:-4]  # the blocks of the last read or two
