@@ -21,8 +21,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import core as _core
 from jax._src.interpreters import partial_eval as _pe
+from jax.extend.core import ClosedJaxpr
 
 from . import _numpy_eval
 
@@ -135,4 +135,4 @@ def _vjp_program(kernel, params, key, wants):
         # without the forward work the cotangents do not need (the primal output of
         # ``a - b``), and without the inputs no step reads
         jaxpr, used = _pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
-    return _core.ClosedJaxpr(jaxpr, closed.consts), np.dtype(out.dtype), tuple(used)
+    return ClosedJaxpr(jaxpr, closed.consts), np.dtype(out.dtype), tuple(used)
