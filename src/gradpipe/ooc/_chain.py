@@ -45,6 +45,10 @@ SUB_BYTES = 512 * 2**10
 
 Region = tuple[slice, ...]
 
+# chains stored so far: cached statistics of a graph older than the last store are
+# recomputed (a stored chain inside it is a leaf now)
+_stored_count = [0]
+
 
 def is_chain(f) -> bool:
     """Whether ``f`` is a chain still computed on read (not yet stored)."""
@@ -206,8 +210,8 @@ class ChainFile:
     def stats(self) -> _Stats:
         """What one read through the chain holds and costs per output element."""
         s = self._stats
-        if s is None or s.node is not self.node:
-            s = self._stats = _Stats(self)
+        if s is None or s.node is not self.node or s.generation != _stored_count[0]:
+            s = self._stats = _Stats(self)  # the graph changed: a chain in it was stored
         return s
 
     def fit_budget(self, nbytes: int) -> None:
@@ -260,6 +264,7 @@ class ChainFile:
         self.stored = f
         node, self.node = self.node, None
         self._stats = None
+        _stored_count[0] += 1
         if node is not None:
             for s in node.sources:
                 unwatch(s, self)
@@ -299,6 +304,7 @@ class _Stats:
 
     def __init__(self, top: ChainFile):
         self.node = top.node
+        self.generation = _stored_count[0]
         uses: dict[int, int] = {}
         order: list = []
         self._visit(top, 1.0, uses, order)
