@@ -84,6 +84,7 @@ def test_jit_of_jvp(remote):
 def test_vmap_is_one_batched_request(remote):
     xs = jnp.asarray(RNG.normal(size=(4, 6)).astype(np.float32))
     f = jax.vmap(lambda x: remote({"x": x, "w": W, "p": {"a": A}, "n": 2})["y"])
+    f(xs)  # the output shapes of these inputs are asked once (abstract_eval), then kept
     got, delta = requests_delta(remote, lambda: f(xs))
     want = jax.vmap(lambda x: forward({"x": x, "w": W, "p": {"a": A}, "n": 2})["y"])(xs)
     close(got, want)
