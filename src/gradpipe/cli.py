@@ -28,11 +28,21 @@ def _run_script(relative: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gradpipe", description=__doc__)
+    from gradpipe import __version__
+
+    shows_defaults = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="gradpipe", description=__doc__, formatter_class=shows_defaults
+    )
+    parser.add_argument("--version", action="version", version=f"gradpipe {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("version", help="print gradpipe's version")
-    demo = commands.add_parser("demo", help="run the running example; plots go to OUTDIR")
-    demo.add_argument("outdir", nargs="?", default="out")
+    demo = commands.add_parser(
+        "demo",
+        help="run the running example; plots go to OUTDIR",
+        formatter_class=shows_defaults,
+    )
+    demo.add_argument("outdir", nargs="?", default="out", help="where the plots and tables go")
     commands.add_parser("bench", help="run every benchmark against its peer")
     commands.add_parser("serve", help="serve a component over HTTP (MODULE:ATTR)")
     commands.add_parser("call", help="call an endpoint of a gradpipe server")
@@ -43,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
         return serve_main(argv[0], argv[1:])
     args = parser.parse_args(argv)
     if args.command == "version":
-        from gradpipe import __version__
-
         print(__version__)
         return 0
     if args.command == "demo":
