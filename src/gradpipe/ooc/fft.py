@@ -7,36 +7,7 @@ spectrum = ooc.fft.rfft(signal, axis=-1)   # one line along the axis per tile ro
 ```
 """
 
-from .ops._fft import (
-    fft,
-    fftfreq,
-    fftn,
-    fftshift,
-    hfft,
-    ifft,
-    ifftn,
-    ifftshift,
-    ihfft,
-    irfft,
-    irfftn,
-    rfft,
-    rfftfreq,
-    rfftn,
-)
+from .ops import _fft
+from .ops._fft import *  # noqa: F403
 
-__all__ = [
-    "fft",
-    "fftfreq",
-    "fftn",
-    "fftshift",
-    "hfft",
-    "ifft",
-    "ifftn",
-    "ifftshift",
-    "ihfft",
-    "irfft",
-    "irfftn",
-    "rfft",
-    "rfftfreq",
-    "rfftn",
-]
+__all__ = list(_fft.__all__)

@@ -7,59 +7,15 @@ sign, logdet = ooc.linalg.slogdet(covariances)   # a stack of matrices, tile by 
 ```
 """
 
-from .ops import matmul, matrix_transpose, tensordot, vecdot
-from .ops._linalg_extension import (
-    EighResult,
-    QRResult,
-    SlogdetResult,
-    SVDResult,
-    cholesky,
-    cross,
-    det,
-    diagonal,
-    eigh,
-    eigvalsh,
-    inv,
-    matrix_norm,
-    matrix_power,
-    matrix_rank,
-    outer,
-    pinv,
-    qr,
-    slogdet,
-    solve,
-    svd,
-    svdvals,
-    trace,
-    vector_norm,
-)
+from .ops import _linalg_extension
+from .ops import matmul as matmul
+from .ops import matrix_transpose as matrix_transpose
+from .ops import tensordot as tensordot
+from .ops import vecdot as vecdot
+from .ops._linalg_extension import *  # noqa: F403
 
-__all__ = [
-    "EighResult",
-    "QRResult",
-    "SVDResult",
-    "SlogdetResult",
-    "cholesky",
-    "cross",
-    "det",
-    "diagonal",
-    "eigh",
-    "eigvalsh",
-    "inv",
-    "matmul",
-    "matrix_norm",
-    "matrix_power",
-    "matrix_rank",
-    "matrix_transpose",
-    "outer",
-    "pinv",
-    "qr",
-    "slogdet",
-    "solve",
-    "svd",
-    "svdvals",
-    "tensordot",
-    "trace",
-    "vecdot",
-    "vector_norm",
-]
+# the extension's own functions, and the four the standard lists in both namespaces
+__all__ = sorted(
+    [*_linalg_extension.__all__, "matmul", "matrix_transpose", "tensordot", "vecdot"],
+    key=str.lower,
+)
