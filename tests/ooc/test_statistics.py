@@ -319,7 +319,9 @@ CASES = [
         lambda xp, x: xp.cumulative_sum(x, axis=1, include_initial=True),
         ((6, 64),),
     ),
-    case("cumulative_prod", lambda xp, x: xp.cumulative_prod(x, axis=0), ((64, 6),), "positive"),
+    # products of 64 values from 0.5 to 2 span 1e-9 to 1e9, and a weighted sum of
+    # them loses float32 digits to cancellation in JAX and here alike
+    case("cumulative_prod", lambda xp, x: xp.cumulative_prod(x, axis=0), ((64, 6),), "near1"),
     # zeros in the running products
     case(
         "cumulative_prod",
