@@ -50,6 +50,7 @@ from ._data_types import can_cast, finfo, iinfo, isdtype, result_type
 from ._device import Device
 from ._driver import Driver, set_progress
 from ._equinox import install as _install_equinox_filters
+from ._executor import DaskExecutor, executor
 from ._explain import Plan, explain
 from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
@@ -114,6 +115,8 @@ __all__ = [
     "reset_io_stats",
     "set_default_budget",
     "set_progress",
+    "executor",
+    "DaskExecutor",
     "set_scratch_dir",
     "from_zarr",
     "to_memmap",

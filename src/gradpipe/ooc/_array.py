@@ -10,6 +10,8 @@ import numpy as np
 
 from . import _handles
 from ._budget import MemoryBudget, default_page_shape, format_bytes, get_budget
+from ._driver import Driver, Store
+from ._executor import current_executor
 from ._storage import PagedFile
 
 __all__ = ["DiskArray"]
@@ -256,6 +258,9 @@ class DiskArray:
 
     def _copy(self, path, what: str) -> DiskArray:
         src = self._concrete_file(what)
+        if path is not None and self.shape and current_executor() is not None:
+            # tiles written by the cluster's workers, the file renamed into place here
+            return DiskArray._wrap(Driver(get_budget()).forward(Store(path), [src]))
         f = PagedFile.create(self.shape, self.dtype, src.page_shape, path=path)
         try:
             for r in _row_chunks(f):
@@ -277,8 +282,11 @@ class DiskArray:
         return self._copy(None, "deepcopy()")
 
     def __reduce__(self):
-        """Pickled as its path, reopened on load; a scratch file has no lasting path."""
+        """Pickled as its path, reopened on load; a scratch file has no lasting path.
+        An array read where it lies (`open_zarr`, `open_hdf5`) is pickled as its store."""
         f = self._concrete_file("pickling")
+        if getattr(f, "pickles_by_location", False):
+            return (DiskArray._wrap, (f,))
         if not isinstance(f, PagedFile) or f.is_scratch or f.path is None:
             raise TypeError(
                 f"cannot pickle a scratch DiskArray{list(self.shape)}: its file is deleted "

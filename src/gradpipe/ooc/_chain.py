@@ -111,6 +111,17 @@ class ChainFile:
         for s in node.sources:
             watch(s, self)
 
+    def __getstate__(self):
+        # sent to a cluster's workers (`_executor`): without its lock and cache
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["_stats"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     # -- building --------------------------------------------------------------
 
     @classmethod

@@ -9,22 +9,21 @@ machine (see ``benchmarks/ooc_kernel.py``); they run on the calling host thread.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import itertools
 import math
-import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from . import _stages
+from . import _stages, _tile_reads
 from ._allocator import use_mmap_for_tiles
 from ._budget import MemoryBudget, default_page_shape, plan_tiles
 from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor
+from ._executor import current_executor
 from ._storage import PagedFile, Region
+from ._tile_reads import ahead_for, prefetched, take
 
 __all__ = ["Driver", "Store", "set_progress"]
 
@@ -39,39 +38,11 @@ def set_progress(enabled: bool) -> None:
     _progress[0] = bool(enabled)
 
 
-def _regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
-    ranges = [range(0, max(n, 1), max(t, 1)) for n, t in zip(shape, tile)]
-    for starts in itertools.product(*ranges):
-        yield tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
-
-
-def _take(free: list[np.ndarray], shape: tuple[int, ...], dtype) -> np.ndarray:
-    """A buffer of ``shape`` from ``free``, or a new one; buffers of other shapes (edge
-    tiles) are dropped from ``free``."""
-    for k, b in enumerate(free):
-        if b.shape == shape:
-            return free.pop(k)
-    free.clear()
-    return np.empty(shape, dtype)
-
-
-def _ahead(inputs) -> int:
-    """Steps whose blocks are read ahead: two when a chain is computed on read (each
-    read is a chain's work; NumPy releases the GIL on large blocks, so two reads
-    run on two cores), else one (a read is I/O that hides behind the arithmetic)."""
-    return 2 if any(is_chain(v) for v in inputs) else 1
-
-
 def _disk_bytes(v) -> float:
     """Bytes read from disk per element of ``v`` (a chain: of its stored inputs)."""
     if is_chain(v):
         return v.stats().leaf_bytes
     return np.dtype(v.dtype).itemsize if getattr(v, "on_disk", True) else 0
-
-
-def _recyclable(src) -> bool:
-    """Whether blocks of ``src`` are read into driver-owned buffers."""
-    return isinstance(src, PagedFile) or is_chain(src)
 
 
 def _first_tile(out_shape, red_shape, tile) -> tuple[Region, Region]:
@@ -92,10 +63,14 @@ Value = PagedFile | np.ndarray  # an array file, or a 0-d in-memory value
 
 
 class Store:
-    """The block map that writes its one input as it is: how a chain is stored."""
+    """The block map that writes its one input as it is: how a chain is stored
+    (into a scratch file, or the file at ``path``)."""
 
     name = "store"
     fusable = False
+
+    def __init__(self, path=None):
+        self.path = path
 
     def output_shape(self, s):
         return s
@@ -240,7 +215,7 @@ class Driver:
         acc_item = max(out_item, np.dtype(op.accumulator_dtype(*dtypes)).itemsize)
         n_out = len(out_shape)
         # steps read ahead: computing chains runs on two threads
-        ahead = _ahead([*inputs, g] if g is not None else inputs)
+        ahead = ahead_for([*inputs, g] if g is not None else inputs)
         # a cotangent computed on read holds its chain's blocks as well
         g_item = g.stats().peak if is_chain(g) else 0
         # and every chain read holds piece-sized intermediates
@@ -296,78 +271,8 @@ class Driver:
 
     def _steps(self, op, shapes, out_shape, red_shape, tile):
         n_out = len(out_shape)
-        for out_r in _regions(out_shape, tile[:n_out]):
-            reds = list(_regions(red_shape, tile[n_out:]))
-            for k, red_r in enumerate(reds):
-                yield out_r, k == 0, k == len(reds) - 1, op.index_map(out_r, red_r, *shapes)
-
-    def _prefetched(self, steps, sources: Sequence[Value]):
-        """Yield (step, blocks) with the next step's blocks read on a background thread.
-
-        Blocks are read into buffers that are recycled once no step uses them, so
-        after the first steps every read lands in memory already touched (fresh
-        pages cost more than the copy on some machines). The consumer must not keep
-        a block past its step: `forward` copies a block-aliasing result first.
-        """
-        ahead = _ahead(sources)
-        last: list[tuple[Any, np.ndarray | None]] = [(None, None)] * len(sources)
-        spare: list[list[np.ndarray]] = [[] for _ in sources]
-        lock = threading.Lock()
-
-        # one step in flight: a block read for the step before is reused when the
-        # region is the same; two: every step reads its own (so a finished step's
-        # blocks are free for the next read)
-        dedupe = ahead == 1
-
-        def load(regions):
-            blocks = []
-            for i, (src, r) in enumerate(zip(sources, regions)):
-                key = None if r is None else tuple((s.start, s.stop) for s in r)
-                if dedupe:
-                    with lock:
-                        prev_key, prev = last[i]
-                    if prev is not None and key == prev_key:
-                        blocks.append(prev)
-                        continue
-                if r is not None and _recyclable(src):
-                    r = src.normalize(r)
-                    with lock:
-                        buf = _take(spare[i], tuple(s.stop - s.start for s in r), src.dtype)
-                    b = src.read(r, out=buf)
-                else:
-                    b = self.read(src, r)
-                if dedupe:
-                    with lock:
-                        last[i] = (key, b)
-                blocks.append(b)
-            return blocks
-
-        def recycle(done: list[np.ndarray], still: list[np.ndarray]) -> None:
-            with lock:
-                for i, b in enumerate(done):
-                    if (not dedupe or b is not still[i]) and _recyclable(sources[i]):
-                        spare[i].append(b)
-
-        steps = iter(steps)
-        pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="gradpipe-ooc-read")
-        queue: collections.deque = collections.deque()
-        try:
-            for step in itertools.islice(steps, ahead):
-                queue.append((step, pool.submit(load, step[-1])))
-            blocks = None
-            while queue:
-                step, fut = queue.popleft()
-                previous, blocks = blocks, fut.result()
-                if previous is not None:
-                    recycle(previous, blocks)
-                nxt = next(steps, None)
-                if nxt is not None:
-                    queue.append((nxt, pool.submit(load, nxt[-1])))
-                yield step, blocks
-        finally:
-            for _, fut in queue:
-                fut.cancel()
-            pool.shutdown(wait=True)
+        outs = _tile_reads.regions(out_shape, tile[:n_out])
+        return _tile_reads.steps(op, shapes, outs, red_shape, tile[n_out:])
 
     def _bar(self, total: int, phase: str):
         if not _progress[0] or total < 2:
@@ -445,9 +350,36 @@ class Driver:
     def _forward(self, op, inputs, plan, dtype) -> Value:
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
-        out = PagedFile.create(out_shape, dtype, tile[: len(out_shape)]) if out_shape else None
-        steps = self._steps(op, shapes, out_shape, red_shape, tile)
-        total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
+        page = tile[: len(out_shape)]
+        path = getattr(op, "path", None) if isinstance(op, Store) else None
+        out = PagedFile.create(out_shape, dtype, page, path=path) if out_shape else None
+        try:
+            executor = current_executor()
+            if executor is not None:
+                acc = executor.forward(self, op, inputs, plan, dtype, out)
+            else:
+                total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
+                acc = self.forward_steps(
+                    op,
+                    inputs,
+                    self._steps(op, shapes, out_shape, red_shape, tile),
+                    out,
+                    dtype,
+                    total,
+                )
+        except BaseException:
+            if out is not None:
+                out.discard()
+            raise
+        if out is None:
+            return np.asarray(acc, dtype)
+        return out.commit()
+
+    def forward_steps(self, op, inputs, step_iter, out, dtype, total=0):
+        """Run ``op`` forward over ``step_iter`` (`_tile_reads.steps`), writing each
+        finished output tile into ``out`` (None: a 0-d result); returns the last
+        accumulator (a 0-d result, or a partial one when the steps stop short of
+        the end of the reduction)."""
         bar = self._bar(total, "forward")
         acc = None
         # Finished output tiles are written on a second thread while the next tile
@@ -460,10 +392,10 @@ class Driver:
         written: list[np.ndarray] = []
         pending_tile = None
         try:
-            for (out_r, first, last, _), blocks in self._prefetched(steps, inputs):
+            for (out_r, first, last, _), blocks in prefetched(step_iter, inputs):
                 if into is not None:
                     if first:
-                        acc = _take(written, tuple(s.stop - s.start for s in out_r), dtype)
+                        acc = take(written, tuple(s.stop - s.start for s in out_r), dtype)
                     into(acc, *blocks, accumulate=not first)
                 else:
                     part = op.forward_block(*blocks)
@@ -485,16 +417,12 @@ class Driver:
         except BaseException:
             if pending is not None:
                 pending.exception()  # let the write finish before the file goes
-            if out is not None:
-                out.discard()
             raise
         finally:
             writer.shutdown()
             if bar is not None:
                 bar.close()
-        if out is None:
-            return np.asarray(acc, dtype)
-        return out.commit()
+        return acc
 
     # -- backward ---------------------------------------------------------------
 
@@ -516,12 +444,7 @@ class Driver:
     def _backward(self, op, inputs, output, g, wants, plan) -> list[Value | None]:
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
-        uses_out = getattr(op, "backward_uses_output", False)
-        first_regions = op.index_map(
-            tuple(slice(0, t) for t in tile[: len(out_shape)]),
-            tuple(slice(0, t) for t in tile[len(out_shape) :]),
-            *shapes,
-        )
+        first_regions = op.index_map(*_first_tile(out_shape, red_shape, tile), *shapes)
         grads: list[Any] = []
         for v, w, r in zip(inputs, wants, first_regions):
             if not w:
@@ -531,23 +454,45 @@ class Driver:
             else:
                 page = tuple(s.stop - s.start for s in r)
                 grads.append(PagedFile.create(v.shape, v.dtype, page))
-        touched: list[set] = [set() for _ in inputs]
         # sources: inputs, then g, then (optionally) the forward output
-        extra = [g] + ([output] if uses_out else [])
-        steps = (
-            (
-                out_r,
-                first,
-                last,
-                (*regions, out_r if g.shape else None) + ((out_r,) if uses_out else ()),
-            )
-            for out_r, first, last, regions in self._steps(op, shapes, out_shape, red_shape, tile)
+        extra = [g] + ([output] if getattr(op, "backward_uses_output", False) else [])
+        try:
+            executor = current_executor()
+            if executor is not None:
+                grads = executor.backward(self, op, inputs, extra, plan, grads)
+            else:
+                total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
+                step_iter = self._steps(op, shapes, out_shape, red_shape, tile)
+                self.backward_steps(op, inputs, extra, step_iter, grads, total=total)
+        except BaseException:
+            for gr in grads:
+                if isinstance(gr, PagedFile):
+                    gr.discard()
+            raise
+        return [gr.commit() if isinstance(gr, PagedFile) else gr for gr in grads]
+
+    def backward_steps(self, op, inputs, extra, step_iter, grads, shared=None, total=0):
+        """Run ``op`` backward over ``step_iter``, adding each step's input gradients
+        into ``grads`` (files, or 0-d arrays replaced by their sums); a region written
+        for the first time by this call is written without reading it back.
+
+        ``shared`` (one set of region keys per input) names regions that other
+        callers write too: their gradients are summed here and returned (one dict
+        per input, region key to block) instead of written. ``extra`` is the
+        cotangent, then the forward output where the op's backward uses it.
+        """
+        n = len(inputs)
+        uses_out = len(extra) > 1
+        g = extra[0]
+        touched: list[set] = [set() for _ in inputs]
+        kept: list[dict] = [{} for _ in inputs]
+        step_iter = (
+            (o, f, la, (*rs, o if g.shape else None) + ((o,) if uses_out else ()))
+            for o, f, la, rs in step_iter
         )
-        total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
         bar = self._bar(total, "backward")
         try:
-            for (_, _, _, regions), blocks in self._prefetched(steps, [*inputs, *extra]):
-                n = len(inputs)
+            for (_, _, _, regions), blocks in prefetched(step_iter, [*inputs, *extra]):
                 args = (blocks[n], *([blocks[n + 1]] if uses_out else []), *blocks[:n])
                 parts = op.backward_block(*args)
                 for i, (gr, part) in enumerate(zip(grads, parts)):
@@ -558,19 +503,17 @@ class Driver:
                         continue
                     r = regions[i]
                     key = tuple((s.start, s.stop) for s in r)
-                    if key in touched[i]:
+                    if shared is not None and key in shared[i]:
+                        have = kept[i].get(key)
+                        kept[i][key] = part.copy() if have is None else have + part
+                    elif key in touched[i]:
                         gr.write(r, gr.read(r) + part)
                     else:
                         gr.write(r, part)
                         touched[i].add(key)
                 if bar is not None:
                     bar.update()
-        except BaseException:
-            for gr in grads:
-                if isinstance(gr, PagedFile):
-                    gr.discard()
-            raise
         finally:
             if bar is not None:
                 bar.close()
-        return [gr.commit() if isinstance(gr, PagedFile) else gr for gr in grads]
+        return kept

@@ -39,6 +39,13 @@ def record_write(nbytes: int) -> None:
         _totals[3] += 1
 
 
+def add_io(stats: IOStats) -> None:
+    """Add counts measured elsewhere (a cluster worker's share of a pass)."""
+    with _lock:
+        for k, v in enumerate(dataclasses.astuple(stats)):
+            _totals[k] += v
+
+
 def io_stats() -> IOStats:
     """A snapshot of the I/O counters.
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from .._array import DiskArray
 from .._budget import plan_tiles
-from .._driver import _regions
 from .._hijax import type_of
 from .._op import CustomOp, apply, frozen
+from .._tile_reads import regions
 
 __all__ = ["take", "take_along_axis"]
 
@@ -152,7 +152,7 @@ class _Plan:
             return [()]
         if not math.prod(self.op.out_shape):
             return []
-        return _regions(self.op.out_shape, tile)
+        return regions(self.op.out_shape, tile)
 
     # -- one tile ----------------------------------------------------------------
 

@@ -1,0 +1,326 @@
+"""Where a pass's tiles run: in this process (the default) or on a dask cluster.
+
+Inside ``with ooc.executor(client):`` every block-parallel pass (forward and
+backward, fused chains and their stores included) is cut into tasks of whole
+output tiles and run on the workers of a ``dask.distributed`` client. The process
+that calls gradpipe plans each pass as it always does (same tiles, same budget),
+creates the output files, sends each task the pass (its operation, and its input
+and output files by path) and commits the outputs once every task has finished;
+the workers read their inputs from the shared store and write their output tiles
+into the not yet visible output files. So a result appears under its name only
+whole, a task re-run after a worker dies writes the same bytes again, and each
+worker holds at most the pass's budget per thread.
+
+Passes whose outputs are few tiles (a full reduction) split their reduction
+range across tasks instead and add the partial results here, in task order.
+Operations that run their own loop (`CustomOp`: sorting, gathers, cumulative
+operations, ``update_``) run in this process; their block-parallel steps go to the
+cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import threading
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+
+from ._iostats import IOStats, add_io, io_stats
+from ._scratch import get_scratch_dir
+from ._storage import PagedFile
+
+__all__ = ["DaskExecutor", "current_executor", "executor"]
+
+_lock = threading.Lock()
+_stack: list[DaskExecutor] = []
+
+
+def current_executor() -> DaskExecutor | None:
+    """The executor passes run on now (None: this process)."""
+    with _lock:
+        return _stack[-1] if _stack else None
+
+
+@contextlib.contextmanager
+def executor(target) -> Iterator[DaskExecutor | None]:
+    """Run the tile work of every out-of-core pass inside the block on ``target``.
+
+    ```python
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client:
+        with ooc.executor(client):
+            loss, grad = jax.value_and_grad(f)(w, x)
+    ```
+
+    **Arguments:**
+
+    - `target`: a ``distributed.Client``, a `DaskExecutor` (to set its options), or
+      ``None`` for this process.
+
+    The workers must see the files of this process: its scratch directory
+    (`set_scratch_dir`, on a filesystem every worker mounts) and the arrays the
+    program opens. Results equal a run in this process bit for bit where the
+    summation order is the same: every elementwise result and fused chain, every
+    product and every reduction along axes that keep several output tiles. A
+    reduction to a few tiles is split across tasks, so its partial sums are added
+    in another grouping and may differ in the last bits.
+    """
+    ex = target if target is None or isinstance(target, DaskExecutor) else DaskExecutor(target)
+    with _lock:
+        _stack.append(ex)
+    try:
+        yield ex
+    finally:
+        with _lock:
+            _stack.pop()
+
+
+def _split(items: list, parts: int) -> list[list]:
+    """``items`` cut into ``parts`` contiguous runs of nearly equal length."""
+    parts = max(1, min(parts, len(items)))
+    q, r = divmod(len(items), parts)
+    out, start = [], 0
+    for k in range(parts):
+        end = start + q + (k < r)
+        out.append(items[start:end])
+        start = end
+    return out
+
+
+# ---------------------------------------------------------------- sending a pass
+
+
+class _PassUnpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        kind, path, writable = pid
+        if kind != "paged-file":
+            raise pickle.UnpicklingError(f"unknown file reference {kind!r}")
+        return PagedFile.open(path, writable=writable)
+
+
+def _dumps(obj) -> bytes:
+    """``obj`` pickled with its array files as references by path, and functions
+    made inside other functions (kernels, a chain's closures) by value."""
+    import cloudpickle
+
+    class PassPickler(cloudpickle.CloudPickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, PagedFile):
+                return ("paged-file", obj.path, obj.writable)
+            return None
+
+    buf = io.BytesIO()
+    PassPickler(buf, protocol=5).dump(obj)
+    return buf.getvalue()
+
+
+def _loads(data: bytes):
+    return _PassUnpickler(io.BytesIO(data)).load()
+
+
+# ---------------------------------------------------------------- on a worker
+
+
+def _forward_task(payload: bytes, out_regions, first_red: int, end_red, partial: bool):
+    """One task of a forward pass: its output tiles, written into the output file
+    (or its partial accumulator, returned); with the worker's I/O counts."""
+    from ._budget import MemoryBudget
+    from ._driver import Driver
+    from ._tile_reads import steps
+
+    op, inputs, out, dtype, shapes, red_shape, red_tile, budget, name = _loads(payload)
+    before = io_stats()
+    driver = Driver(MemoryBudget(budget), name)
+    step_iter = steps(op, shapes, out_regions, red_shape, red_tile, first_red, end_red)
+    if partial:  # the caller adds the partial results and finishes them
+        step_iter = ((o, f, False, r) for o, f, _, r in step_iter)
+    acc = driver.forward_steps(op, inputs, step_iter, None if partial else out, dtype)
+    keep = partial or out is None
+    return (np.asarray(acc) if keep else None), io_stats() - before
+
+
+def _backward_task(payload: bytes, out_regions):
+    """One task of a backward pass: gradients of regions no other task touches are
+    written; the others, and 0-d gradients, are returned."""
+    from ._budget import MemoryBudget
+    from ._driver import Driver
+    from ._tile_reads import steps
+
+    op, inputs, extra, grads, shapes, red_shape, red_tile, budget, name, shared = _loads(payload)
+    before = io_stats()
+    driver = Driver(MemoryBudget(budget), name)
+    step_iter = steps(op, shapes, out_regions, red_shape, red_tile)
+    kept = driver.backward_steps(op, inputs, extra, step_iter, grads, shared=shared)
+    zero_d = [g if isinstance(g, np.ndarray) else None for g in grads]
+    return kept, zero_d, io_stats() - before
+
+
+def _can_read(path: str) -> bool:
+    return os.path.exists(path)
+
+
+# ---------------------------------------------------------------- the executor
+
+
+class DaskExecutor:
+    """Runs passes on the workers of a ``dask.distributed`` client.
+
+    **Arguments:**
+
+    - `client`: the ``distributed.Client``.
+    - `tasks_per_thread`: tasks a pass is cut into per worker thread (more
+      balance the load and lose less to a dead worker; fewer pay less overhead).
+    """
+
+    def __init__(self, client, *, tasks_per_thread: int = 2):
+        if tasks_per_thread < 1:
+            raise ValueError(f"tasks_per_thread must be at least 1, not {tasks_per_thread}.")
+        self.client = client
+        self.tasks_per_thread = int(tasks_per_thread)
+        self._checked_dir = None
+
+    def __repr__(self) -> str:
+        return f"DaskExecutor({self.client!r}, tasks_per_thread={self.tasks_per_thread})"
+
+    def _threads(self) -> int:
+        threads = sum(self.client.nthreads().values())
+        if threads == 0:
+            raise RuntimeError(
+                "gradpipe.ooc.executor: the dask cluster has no workers. Start workers "
+                "(or wait for them: client.wait_for_workers(n)) before running."
+            )
+        return threads
+
+    def _check_shared(self) -> None:
+        """The workers must see this process's scratch files: checked once per directory."""
+        scratch = get_scratch_dir()
+        if self._checked_dir == scratch:
+            return
+        probe = scratch / f"probe-{uuid.uuid4().hex}"
+        probe.touch()
+        try:
+            seen = self.client.run(_can_read, str(probe))
+        finally:
+            probe.unlink()
+        blind = sorted(w for w, ok in seen.items() if not ok)
+        if blind:
+            raise RuntimeError(
+                f"gradpipe.ooc.executor: workers {blind} cannot see the scratch directory "
+                f"{str(scratch)!r}. Put it on a filesystem every worker mounts: "
+                "ooc.set_scratch_dir(path) or $GRADPIPE_SCRATCH."
+            )
+        self._checked_dir = scratch
+
+    def _run(self, fn, payload: bytes, task_args: list[tuple], label: str) -> list:
+        """Submit one task per entry of ``task_args``; their results in order."""
+        from distributed import as_completed
+
+        self._check_shared()
+        tag = uuid.uuid4().hex[:8]
+        futures = [
+            self.client.submit(fn, payload, *args, key=f"gradpipe-{label}-{tag}-{k}", pure=False)
+            for k, args in enumerate(task_args)
+        ]
+        try:
+            for fut in as_completed(futures):
+                fut.result()  # the first failure raises here, the others are cancelled
+            results = self.client.gather(futures)
+        except BaseException:
+            self.client.cancel(futures)
+            raise
+        for r in results:
+            add_io(r[-1] if isinstance(r[-1], IOStats) else IOStats())
+        return results
+
+    # -- passes ------------------------------------------------------------------
+
+    def forward(self, driver, op, inputs, plan, dtype, out):
+        """Run a forward pass; returns its 0-d result (``out`` None) or None."""
+        from ._tile_reads import regions
+
+        shapes = [tuple(v.shape) for v in inputs]
+        out_shape, red_shape, tile = plan
+        n_out = len(out_shape)
+        red_tile = tile[n_out:]
+        outs = list(regions(out_shape, tile[:n_out]))
+        n_red = len(list(regions(red_shape, red_tile)))
+        wanted = self._threads() * self.tasks_per_thread
+        split_red = len(outs) < wanted and n_red > 1 and getattr(op, "forward_into", None) is None
+        if split_red:
+            per_tile = max(1, wanted // len(outs))
+            runs = _split(list(range(n_red)), per_tile)
+            tasks = [([o], run[0], run[-1] + 1, True) for o in outs for run in runs]
+        else:
+            tasks = [(group, 0, None, False) for group in _split(outs, wanted)]
+        payload = _dumps(
+            (op, inputs, out, dtype, shapes, red_shape, red_tile, driver.budget.nbytes, driver.name)
+        )
+        results = self._run(_forward_task, payload, tasks, f"{op.name}-forward")
+        if not split_red:
+            return results[0][0] if out is None else None
+        acc = {}
+        for (group, *_), (part, _) in zip(tasks, results):
+            key = tuple((s.start, s.stop) for s in group[0])
+            acc[key] = part if key not in acc else op.combine(acc[key], part)
+        finished = []
+        for o in outs:
+            a = acc[tuple((s.start, s.stop) for s in o)]
+            if hasattr(op, "finish"):
+                a = op.finish(a)
+            if out is not None:
+                out.write(o, np.asarray(a, dtype))
+            finished.append(a)
+        return finished[0] if out is None else None
+
+    def backward(self, driver, op, inputs, extra, plan, grads):
+        """Run a backward pass into ``grads``; returns the gradients."""
+        from ._tile_reads import regions, steps
+
+        shapes = [tuple(v.shape) for v in inputs]
+        out_shape, red_shape, tile = plan
+        n_out = len(out_shape)
+        red_tile = tile[n_out:]
+        groups = _split(
+            list(regions(out_shape, tile[:n_out])), self._threads() * self.tasks_per_thread
+        )
+        # regions of an input gradient that several tasks add to are summed here
+        owners: list[dict] = [{} for _ in inputs]
+        for t, group in enumerate(groups):
+            for _, _, _, rs in steps(op, shapes, group, red_shape, red_tile):
+                for i, r in enumerate(rs):
+                    if isinstance(grads[i], PagedFile):
+                        owners[i].setdefault(tuple((s.start, s.stop) for s in r), set()).add(t)
+        shared = [{k for k, ts in d.items() if len(ts) > 1} for d in owners]
+        payload = _dumps(
+            (
+                op,
+                inputs,
+                extra,
+                grads,
+                shapes,
+                red_shape,
+                red_tile,
+                driver.budget.nbytes,
+                driver.name,
+                shared,
+            )
+        )
+        results = self._run(_backward_task, payload, [(g,) for g in groups], f"{op.name}-backward")
+        sums: list[dict] = [{} for _ in inputs]
+        for kept, zero_d, _ in results:
+            for i, g in enumerate(zero_d):
+                if g is not None:
+                    grads[i] = np.asarray(grads[i] + g, grads[i].dtype)
+            for i, parts in enumerate(kept):
+                for key, part in parts.items():
+                    sums[i][key] = part if key not in sums[i] else sums[i][key] + part
+        for i, parts in enumerate(sums):
+            for key, block in parts.items():
+                grads[i].write(tuple(slice(a, b) for a, b in key), block)
+        return grads

@@ -1,0 +1,136 @@
+"""The steps of a tile loop and the reads that run ahead of them.
+
+A pass walks output tiles in C order with the reduction tiles innermost (`steps`).
+While one step computes, background threads read the next steps' input blocks
+(`prefetched`), so disk time hides behind the arithmetic when tiles are large.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ._chain import is_chain
+from ._storage import PagedFile, Region
+
+__all__ = ["ahead_for", "prefetched", "regions", "steps", "take"]
+
+
+def regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
+    """The tiles of ``shape`` in C order (edge tiles clipped)."""
+    ranges = [range(0, max(n, 1), max(t, 1)) for n, t in zip(shape, tile)]
+    for starts in itertools.product(*ranges):
+        yield tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
+
+
+def steps(op, shapes, out_regions, red_shape, red_tile, first_red: int = 0, end_red=None):
+    """``(out_region, first, last, input_regions)`` for each step of ``op`` over
+    ``out_regions``, each with reduction tiles ``first_red`` up to ``end_red``
+    (default: all). ``first`` starts an accumulation, ``last`` ends the whole
+    reduction (a range that stops short of the end never sets it)."""
+    reds = list(regions(red_shape, red_tile))
+    end = len(reds) if end_red is None else end_red
+    for out_r in out_regions:
+        for k in range(first_red, end):
+            yield out_r, k == first_red, k == len(reds) - 1, op.index_map(out_r, reds[k], *shapes)
+
+
+def take(free: list[np.ndarray], shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A buffer of ``shape`` from ``free``, or a new one; buffers of other shapes (edge
+    tiles) are dropped from ``free``."""
+    for k, b in enumerate(free):
+        if b.shape == shape:
+            return free.pop(k)
+    free.clear()
+    return np.empty(shape, dtype)
+
+
+def ahead_for(inputs) -> int:
+    """Steps whose blocks are read ahead: two when a chain is computed on read (each
+    read is a chain's work; NumPy releases the GIL on large blocks, so two reads
+    run on two cores), else one (a read is I/O that hides behind the arithmetic)."""
+    return 2 if any(is_chain(v) for v in inputs) else 1
+
+
+def _recyclable(src) -> bool:
+    """Whether blocks of ``src`` are read into loop-owned buffers."""
+    return isinstance(src, PagedFile) or is_chain(src)
+
+
+def _read(src, region):
+    return src if isinstance(src, np.ndarray) else src.read(region)
+
+
+def prefetched(step_iter, sources: Sequence[Any]):
+    """Yield (step, blocks) with the next steps' blocks read on background threads.
+
+    Blocks are read into buffers that are recycled once no step uses them, so
+    after the first steps every read lands in memory already touched (fresh
+    pages cost more than the copy on some machines). The consumer must not keep
+    a block past its step: a block-aliasing result is copied first.
+    """
+    ahead = ahead_for(sources)
+    last: list[tuple[Any, np.ndarray | None]] = [(None, None)] * len(sources)
+    spare: list[list[np.ndarray]] = [[] for _ in sources]
+    lock = threading.Lock()
+
+    # one step in flight: a block read for the step before is reused when the
+    # region is the same; two: every step reads its own (so a finished step's
+    # blocks are free for the next read)
+    dedupe = ahead == 1
+
+    def load(regions):
+        blocks = []
+        for i, (src, r) in enumerate(zip(sources, regions)):
+            key = None if r is None else tuple((s.start, s.stop) for s in r)
+            if dedupe:
+                with lock:
+                    prev_key, prev = last[i]
+                if prev is not None and key == prev_key:
+                    blocks.append(prev)
+                    continue
+            if r is not None and _recyclable(src):
+                r = src.normalize(r)
+                with lock:
+                    buf = take(spare[i], tuple(s.stop - s.start for s in r), src.dtype)
+                b = src.read(r, out=buf)
+            else:
+                b = _read(src, r)
+            if dedupe:
+                with lock:
+                    last[i] = (key, b)
+            blocks.append(b)
+        return blocks
+
+    def recycle(done: list[np.ndarray], still: list[np.ndarray]) -> None:
+        with lock:
+            for i, b in enumerate(done):
+                if (not dedupe or b is not still[i]) and _recyclable(sources[i]):
+                    spare[i].append(b)
+
+    step_iter = iter(step_iter)
+    pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="gradpipe-ooc-read")
+    queue: collections.deque = collections.deque()
+    try:
+        for step in itertools.islice(step_iter, ahead):
+            queue.append((step, pool.submit(load, step[-1])))
+        blocks = None
+        while queue:
+            step, fut = queue.popleft()
+            previous, blocks = blocks, fut.result()
+            if previous is not None:
+                recycle(previous, blocks)
+            nxt = next(step_iter, None)
+            if nxt is not None:
+                queue.append((nxt, pool.submit(load, nxt[-1])))
+            yield step, blocks
+    finally:
+        for _, fut in queue:
+            fut.cancel()
+        pool.shutdown(wait=True)

@@ -1,0 +1,204 @@
+"""Passes on a dask.distributed cluster: `ooc.executor(client)`.
+
+A `LocalCluster` of two worker processes on loopback runs the tile work; the same
+programs run in this process give the reference. Results are compared bit for bit
+where the summation order is the same, and to the last bits where a reduction's
+partial sums are grouped by task.
+"""
+
+import os
+import signal
+import sys
+
+import cloudpickle
+import jax
+import numpy as np
+import pytest
+
+from gradpipe import ooc
+
+distributed = pytest.importorskip("distributed")
+
+BUDGET = 256 * 2**10
+
+
+@pytest.fixture(scope="module")
+def client():
+    # the test module's operations (below) go to the workers by value
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        worker_dashboard_address=None,
+    )
+    with cluster, distributed.Client(cluster) as c:
+        c.wait_for_workers(2)
+        yield c
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def value(x):
+    return x.to_numpy(force=True) if hasattr(x, "to_numpy") else np.asarray(x)
+
+
+def arrays(rng):
+    a = rng.standard_normal((512, 384)).astype(np.float32)
+    b = rng.standard_normal((384, 256)).astype(np.float32)
+    c = rng.standard_normal((256,)).astype(np.float32)
+    return a, b, c
+
+
+def loss(a, b, c):
+    return ooc.mean(ooc.tanh(a @ b + c) * 2.0)
+
+
+def run_both(client, fn, *xs):
+    """``fn(*disk arrays)`` in this process and on the cluster, as NumPy."""
+    with ooc.MemoryBudget(BUDGET):
+        disk = [ooc.DiskArray.from_numpy(x) for x in xs]
+        here = jax.tree.map(value, fn(*disk))
+        with ooc.executor(client):
+            there = jax.tree.map(value, fn(*disk))
+    return here, there
+
+
+def test_block_maps_products_and_row_reductions_equal_one_process_bit_for_bit(client, rng):
+    a, b, _ = arrays(rng)
+
+    def fn(x, y):
+        chain = ooc.exp(ooc.sin(x) * 0.5) - x
+        return {
+            "chain": chain.persist(),
+            "product": x @ y,
+            "row sums": ooc.sum(chain, axis=1),
+            "column max": ooc.max(x, axis=0),
+        }
+
+    here, there = run_both(client, fn, a, b)
+    for key in here:
+        np.testing.assert_array_equal(there[key], here[key], err_msg=key)
+    np.testing.assert_allclose(here["product"], a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_full_reduction_is_split_across_tasks_and_differs_only_in_the_last_bits(client, rng):
+    a, _, _ = arrays(rng)
+    here, there = run_both(client, lambda x: (ooc.sum(x * x), ooc.mean(ooc.tanh(x))), a)
+    for h, t in zip(here, there):
+        np.testing.assert_allclose(t, h, rtol=1e-6)
+    np.testing.assert_allclose(here[0], np.sum(a.astype(np.float64) ** 2), rtol=1e-5)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_gradients_on_the_cluster_equal_one_process(client, rng, jit):
+    xs = arrays(rng)
+    grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
+    if jit:
+        grad = jax.jit(grad)
+    (l_here, g_here), (l_there, g_there) = run_both(client, grad, *xs)
+    np.testing.assert_allclose(l_there, l_here, rtol=1e-6)
+    # the product's gradients are products: same tiles, same order
+    np.testing.assert_array_equal(g_there[0], g_here[0])
+    np.testing.assert_array_equal(g_there[1], g_here[1])
+    # the bias gradient is summed over tiles, task by task
+    np.testing.assert_allclose(g_there[2], g_here[2], rtol=1e-5, atol=1e-7)
+
+
+def test_the_tile_work_runs_on_both_workers(client, rng):
+    a, b, _ = arrays(rng)
+    with ooc.MemoryBudget(BUDGET), distributed.get_task_stream(client=client) as stream:
+        x, y = ooc.DiskArray.from_numpy(a), ooc.DiskArray.from_numpy(b)
+        with ooc.executor(client):
+            before = ooc.io_stats()
+            (x @ y).persist()
+            counted = ooc.io_stats() - before
+    ours = [t for t in stream.data if t["key"].startswith("gradpipe-matmul")]
+    assert len({t["worker"] for t in ours}) == 2, ours
+    # the workers' reads and writes are counted in this process
+    assert counted.bytes_written >= a.shape[0] * b.shape[1] * 4
+    assert counted.bytes_read >= a.nbytes + b.nbytes
+
+
+# ---------------------------------------------------------------- failures
+
+
+class KillsItsWorkerOnce(ooc.BlockParallelOp):
+    """2 * x, except that the first worker to compute a block kills its own process
+    (SIGKILL: no cleanup), after noting whether the result was visible yet."""
+
+    def __init__(self, marker, result):
+        self.marker, self.result = marker, result
+
+    def output_shape(self, s):
+        return s
+
+    def reduction_shape(self, s):
+        return ()
+
+    def index_map(self, out_r, red_r, s):
+        return (out_r,)
+
+    def forward_block(self, x):
+        try:
+            distributed.get_worker()
+        except ValueError:
+            return 2 * x  # not on a worker
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return 2 * x
+        os.write(fd, b"visible" if os.path.exists(self.result) else b"hidden")
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable")
+
+
+class FailsOnWorkers(KillsItsWorkerOnce):
+    def forward_block(self, x):
+        raise ValueError("a block that cannot be computed")
+
+
+kills_its_worker_once = ooc.make_op(KillsItsWorkerOnce)
+fails_on_workers = ooc.make_op(FailsOnWorkers)
+
+
+def test_a_worker_killed_mid_pass_is_replaced_and_the_result_is_right(client, rng, tmp_path):
+    x = rng.standard_normal((1024, 64)).astype(np.float32)
+    result = tmp_path / "result.gpa"
+    marker = tmp_path / "killed"
+    with ooc.MemoryBudget(64 * 2**10):
+        d = ooc.DiskArray.from_numpy(x)
+        with ooc.executor(client):
+            y = kills_its_worker_once(d, marker=str(marker), result=str(result)) + 1.0  # a pass of tiles, then a chain saved by the workers
+            saved = y.save(result)
+    assert marker.read_bytes() == b"hidden"  # nothing under the name while it ran
+    np.testing.assert_array_equal(saved.to_numpy(force=True), 2 * x + 1)
+    np.testing.assert_array_equal(ooc.DiskArray.open(result).to_numpy(force=True), 2 * x + 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["killed", "result.gpa"]
+    client.wait_for_workers(2, timeout=60)  # the nanny started a new worker
+
+
+def test_a_failing_task_raises_its_error_and_leaves_no_file(client, rng, tmp_path):
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    where = {"marker": str(tmp_path / "unused"), "result": str(tmp_path / "unused")}
+    with ooc.MemoryBudget(64 * 2**10):
+        d = ooc.DiskArray.from_numpy(x)
+        chain = ooc.tanh(d) * 3.0
+        with ooc.executor(client):
+            with pytest.raises(ValueError, match="cannot be computed"):
+                fails_on_workers(chain, **where)
+            with pytest.raises(ValueError, match="cannot be computed"):
+                (fails_on_workers(d, **where) + 1).save(tmp_path / "never.gpa")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_executor_none_runs_here_and_the_options_are_checked(client):
+    with ooc.executor(None) as ex:
+        assert ex is None
+    with pytest.raises(ValueError, match="tasks_per_thread"):
+        ooc.DaskExecutor(client, tasks_per_thread=0)
+    ex = ooc.DaskExecutor(client, tasks_per_thread=1)
+    with ooc.executor(ex) as got:
+        assert got is ex
