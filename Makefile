@@ -22,8 +22,8 @@ demo: $(STAMP)
 # Two workers (pytest-xdist): the suite keeps both cores of the 2-core machines busy.
 TEST_WORKERS ?= 2
 
-test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+test: $(STAMP) $(PEER_VENV)/.installed
+	PEER_PYTHON=$(abspath $(PEER_VENV))/bin/python $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 # The site (mkdocs-material + mkdocstrings) into site/. --strict turns every warning
 # into a failure: a broken link, a missing anchor, an unresolved cross-reference.
@@ -57,12 +57,14 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix src tests benchmarks examples tools
 	$(PY) -m ruff format src tests benchmarks examples tools
 
-# The benchmark peers (tesseract-core's runtime) pin versions that fight ours, so
-# they get a virtual environment of their own; gradpipe never depends on them.
+# The peers (tesseract-core's runtime and client, tesseract-jax) pin versions that
+# fight ours, so they get a virtual environment of their own; gradpipe never depends
+# on them. The benchmarks and the tesseract tests (tests/serve/test_tesseract_*) run
+# them from it as subprocesses.
 $(PEER_VENV)/.installed:
 	$(PYTHON) -m venv $(PEER_VENV)
 	$(PEER_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(PEER_VENV)/bin/python -m pip install --quiet "tesseract-core[runtime]" "jax>=0.10.2,<0.13" equinox
+	$(PEER_VENV)/bin/python -m pip install --quiet "tesseract-core[runtime]" tesseract-jax "jax>=0.10.2,<0.13" equinox
 	touch $@
 
 bench: $(STAMP) $(PEER_VENV)/.installed

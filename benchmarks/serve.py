@@ -20,6 +20,13 @@ quotes, ~13 ms) and ``apply_keep`` + ``vjp_from`` in-process; and the median
 Also the request bytes that ``jax.value_and_grad`` sends through a `RemoteComponent`,
 against the input plus the cotangent.
 
+And the tesseract protocol both ways (`benchmarks/peer_client_bench.py`, in the
+peer's venv): the peer's own client (``Tesseract.from_url``) making the apply + vjp
+round trip against gradpipe's ``/tesseract`` API and against the peer's server; and
+``jax.jit(jax.value_and_grad)`` through gradpipe's `TesseractRemote` against
+tesseract-jax's ``apply_tesseract``, both calling the peer's server, with requests
+and request bytes.
+
     .venv/bin/python benchmarks/serve.py [--size 1000000] [--reps 15]
 
 The module also defines ``component``, which the gradpipe server imports.
@@ -186,7 +193,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=15)
     args = parser.parse_args()
 
-    from gradpipe.serve import RemoteComponent
+    from gradpipe.serve import RemoteComponent, TesseractRemote
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=args.size).astype(np.float32)
@@ -260,6 +267,26 @@ def main() -> None:
             start = time.perf_counter()
             jax.block_until_ready(vg(xj))
             vg_times.append(time.perf_counter() - start)
+        # The tesseract protocol, both ways, against the same peer server.
+        peer_side = peer_client_side(url, peer_url, args.size, args.reps)
+        tess = TesseractRemote(peer_url)
+
+        def tess_loss(x):
+            return jnp.vdot(tess({"x": x})["y"], jnp.asarray(ct))
+
+        tvg = jax.jit(jax.value_and_grad(tess_loss))
+        _, grad = jax.block_until_ready(tvg(xj))
+        np.testing.assert_allclose(grad, want_g, rtol=1e-5, atol=1e-5)
+        tess_before = (tess.client.requests, tess.client.bytes_sent)
+        jax.block_until_ready(tvg(xj + 1))
+        tess_requests = tess.client.requests - tess_before[0]
+        tess_sent = tess.client.bytes_sent - tess_before[1]
+        tess_times = []
+        for _ in range(args.reps):
+            start = time.perf_counter()
+            jax.block_until_ready(tvg(xj))
+            tess_times.append(time.perf_counter() - start)
+        tess.close()
     finally:
         for process in servers:
             process.terminate()
@@ -285,6 +312,40 @@ def main() -> None:
     print(f"\njit(value_and_grad) through RemoteComponent: {requests} requests, {sent:,} bytes sent "
           f"= {sent / payload:.3f}x (input + cotangent = {payload:,} bytes), "
           f"median {statistics.median(vg_times) * 1e3:.1f} ms under jit")  # fmt: skip
+
+    median = statistics.median
+    on_gradpipe = median(peer_side["round_trip"][f"{url}/tesseract"])
+    on_peer = median(peer_side["round_trip"][peer_url])
+    tj = peer_side["tesseract_jax"]
+    print(
+        f"\nthe tesseract protocol, median of {args.reps} (answers agree: "
+        f"{peer_side['answers_agree']}):\n"
+    )
+    print("| measure | gradpipe | peer | ratio |")
+    print("|---|---|---|---|")
+    print(
+        f"| the peer's client (Tesseract.from_url), apply + vjp: gradpipe's /tesseract vs "
+        f"tesseract-runtime | {on_gradpipe * 1e3:.1f} ms | {on_peer * 1e3:.1f} ms | "
+        f"{on_gradpipe / on_peer:.2f}x |"
+    )
+    print(
+        f"| jit(value_and_grad) calling tesseract-runtime: gradpipe TesseractRemote vs "
+        f"tesseract-jax | {median(tess_times) * 1e3:.1f} ms, {tess_requests} requests, "
+        f"{tess_sent:,} bytes | {median(tj['times']) * 1e3:.1f} ms, {tj['requests']} "
+        f"requests, {tj['bytes']:,} bytes | {median(tess_times) / median(tj['times']):.2f}x |"
+    )
+
+
+def peer_client_side(gradpipe_url: str, peer_url: str, size: int, reps: int) -> dict:
+    """Run `peer_client_bench.py` in the peer's venv: the peer's client against
+    gradpipe's /tesseract and the peer's server, and tesseract-jax against the latter."""
+    import json
+
+    python = Path(os.environ.get("PEER_PYTHON", ROOT / ".venv-peer/bin/python"))
+    command = [str(python), str(HERE / "peer_client_bench.py"), str(size), str(reps),
+               peer_url, f"{gradpipe_url}/tesseract"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

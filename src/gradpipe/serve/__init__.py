@@ -4,7 +4,11 @@
   ``/jvp``, ``/vjp``, ``/abstract_eval``, ``/health``, ``/openapi.json``, ``/stats``.
 - `serve(target)`: run it on uvicorn (what ``gradpipe serve MODULE:ATTR`` does).
 - `connect(url)`: a `RemoteComponent`, usable from Python, from JAX (``jit``,
-  ``grad``, ``jvp``, ``vmap``) and as an `Operator` in pipelines.
+  ``grad``, ``jvp``, ``vmap``) and as an `Operator` in pipelines; for a tesseract-core
+  runtime at ``url`` a `TesseractRemote`, the same over that protocol
+  (`connect_tesseract` takes its options).
+- Every server also answers tesseract-core's REST API under ``/tesseract``
+  (`TESSERACT_PREFIX`), for the clients of that runtime.
 
 Arrays travel as ``application/x-gradpipe+msgpack`` (raw little-endian buffers) or
 ``application/json`` (base64), chosen by ``Content-Type`` and ``Accept``.
@@ -27,19 +31,24 @@ from ._encoding import BINARY, JSON, PayloadError, decode, encode
 from ._handles import HandleStore
 from ._remote import RemoteComponent, connect
 from ._server import TOKEN_ENV, load_component, serve
+from ._tesseract_api import TESSERACT_PREFIX
+from ._tesseract_remote import TesseractRemote, connect_tesseract
 
 __all__ = [
     "BINARY",
     "DEFAULT_MAX_BODY_SIZE",
     "JSON",
+    "TESSERACT_PREFIX",
     "TOKEN_ENV",
     "Client",
     "HandleStore",
     "PayloadError",
     "RemoteComponent",
     "RemoteError",
+    "TesseractRemote",
     "UnknownHandleError",
     "connect",
+    "connect_tesseract",
     "create_app",
     "decode",
     "encode",

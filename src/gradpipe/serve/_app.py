@@ -11,6 +11,8 @@ Endpoints (all ``POST`` except the ``GET`` ones):
 - ``/abstract_eval``: ``{"abstract_inputs"}`` → ``{"outputs"}``.
 - ``GET /health``, ``GET /openapi.json`` (the schema), ``GET /stats`` (request
   counters).
+- ``/tesseract/...``: the same component through tesseract-core's REST API (see
+  `_tesseract_api`).
 
 Errors are JSON ``{"error", "message", "path"}``: 401 (token), 404/405 (and any other
 error Starlette itself answers), 410 (unknown or expired handle — answer it by
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -46,6 +49,7 @@ from ._malloc import release_free_memory
 from ._paths import keyed_prefixes
 from ._request_fields import FIELDS, check_fields, input_error
 from ._schema import leaf_specs, openapi_schema
+from ._tesseract_api import tesseract_mount
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_MAX_JACOBIAN_BYTES", "create_app"]
 
@@ -346,6 +350,7 @@ def create_app(
     handles: HandleStore | None = None,
     max_batch: int = 4096,
     max_jacobian_bytes: int = DEFAULT_MAX_JACOBIAN_BYTES,
+    files: str | os.PathLike | None = None,
 ) -> Starlette:
     """An ASGI app serving ``component``'s five endpoints, health, schema and stats.
 
@@ -359,6 +364,10 @@ def create_app(
     - `max_batch`: the largest ``batch_size`` a batched ``/apply`` may ask for.
     - `max_jacobian_bytes`: a ``/jacobian`` whose blocks would hold more bytes (known
       from the shapes, before computing) gets 413.
+    - `files`: a directory for the file references (``json+binref``) of the
+      tesseract API at ``/tesseract``: requests may name files in it, and responses
+      are written under it when a client asks for them. Without it that API takes
+      and answers only JSON and base64 buffers.
 
     **Returns:** a Starlette application; run it with uvicorn, or `gradpipe serve`.
     """
@@ -384,6 +393,7 @@ def create_app(
         Route("/health", server.health, methods=["GET"]),
         Route("/openapi.json", server.schema, methods=["GET"]),
         Route("/stats", server.stats, methods=["GET"]),
+        tesseract_mount(server, files),
     ]
     app = Starlette(
         routes=routes,

@@ -23,6 +23,7 @@ from jax.custom_derivatives import SymbolicZero, linear_call
 from ._handles import HANDLE_BYTES
 from ._linear_call_vmap import install as _install_linear_call_vmap
 from ._paths import flatten, is_differentiable_path, unflatten
+from ._products import products
 
 __all__ = ["build_jax_function", "is_array"]
 
@@ -142,8 +143,19 @@ def build_jax_function(
         token = bytes.fromhex(handle) if handle else bytes(HANDLE_BYTES)
         return [*results(outputs, out_sds, out_paths), np.frombuffer(token, np.uint8)]
 
+    # A remote with a Jacobian endpoint sees a vmapped batch of products at once
+    # (see _products); gradpipe's own remote makes one product request per element.
+    batch_products = bool(getattr(remote, "batch_products", False))
+    product_method = "expand_dims" if batch_products else "sequential"
+
     def jvp_cb(active: list[int], *args: np.ndarray) -> list[np.ndarray]:
         arrays, tangents = args[: len(in_paths)], args[len(in_paths) :]
+        if batch_products:
+            return products(
+                remote, "jvp", document, arrays, base_ndims, [in_paths[i] for i in active],
+                [out_paths[j] for j in diff_out], tangents, [base_ndims[i] for i in active],
+                [out_sds[j].shape for j in diff_out], [out_sds[j].dtype for j in diff_out],
+            )  # fmt: skip
         answer = remote.jvp(
             document(arrays),
             [in_paths[i] for i in active],
@@ -156,6 +168,12 @@ def build_jax_function(
 
     def vjp_cb(active: list[int], token: np.ndarray, *args: np.ndarray) -> list[np.ndarray]:
         arrays, cts = args[: len(in_paths)], args[len(in_paths) :]
+        if batch_products:
+            return products(
+                remote, "vjp", document, arrays, base_ndims, [in_paths[i] for i in active],
+                [out_paths[j] for j in diff_out], cts, [out_sds[j].ndim for j in diff_out],
+                [examples[i].shape for i in active], [examples[i].dtype for i in active],
+            )  # fmt: skip
         answer = remote.vjp(
             document(arrays),
             [in_paths[i] for i in active],
@@ -188,13 +206,13 @@ def build_jax_function(
 
             def forward(res, ts):
                 return jax.pure_callback(
-                    partial(jvp_cb, active), lin_sds, *res[1:], *ts, vmap_method="sequential"
+                    partial(jvp_cb, active), lin_sds, *res[1:], *ts, vmap_method=product_method
                 )
 
             def transpose(res, cts):
                 return jax.pure_callback(
                     partial(vjp_cb, active), in_sds(active), *res, *cts,
-                    vmap_method="sequential",
+                    vmap_method=product_method,
                 )  # fmt: skip
 
             lin = linear_call(forward, transpose, (token, *primals), [tangents[i] for i in active])

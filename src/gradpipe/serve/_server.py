@@ -20,6 +20,7 @@ _MAX_BODY_ENV = "GRADPIPE_SERVE_MAX_BODY_SIZE"
 _MAX_JACOBIAN_ENV = "GRADPIPE_SERVE_MAX_JACOBIAN_BYTES"
 _APP_DIR_ENV = "GRADPIPE_SERVE_APP_DIR"
 _HANDLES_ENV = "GRADPIPE_SERVE_HANDLES"
+_FILES_ENV = "GRADPIPE_SERVE_FILES"
 
 
 def load_component(target: str, app_dir: str | None = ".") -> Any:
@@ -64,6 +65,7 @@ def app_from_env():
         max_body_size=int(os.environ.get(_MAX_BODY_ENV, DEFAULT_MAX_BODY_SIZE)),
         max_jacobian_bytes=int(os.environ.get(_MAX_JACOBIAN_ENV, DEFAULT_MAX_JACOBIAN_BYTES)),
         handles=_handle_store(*json.loads(os.environ.get(_HANDLES_ENV, "[64, 1073741824, 600]"))),
+        files=os.environ.get(_FILES_ENV) or None,
     )
 
 
@@ -85,6 +87,7 @@ def serve(
     max_handle_bytes: int = 2**30,
     handle_ttl: float = 600.0,
     max_jacobian_bytes: int = DEFAULT_MAX_JACOBIAN_BYTES,
+    files: str | None = None,
 ) -> None:
     """Serve the component at ``target`` until interrupted.
 
@@ -101,6 +104,8 @@ def serve(
       store of each worker (see `HandleStore`).
     - `max_jacobian_bytes`: a ``/jacobian`` whose answer would hold more bytes
       (known from the shapes before computing) gets 413.
+    - `files`: the directory of file references (``json+binref``) of the tesseract
+      API at ``/tesseract`` (see `create_app`).
 
     Each server process tunes glibc's allocator first (`tune_malloc`).
     """
@@ -120,6 +125,7 @@ def serve(
             max_body_size=max_body_size,
             handles=store,
             max_jacobian_bytes=max_jacobian_bytes,
+            files=files,
         )
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
         return
@@ -129,6 +135,8 @@ def serve(
     os.environ[_MAX_BODY_ENV] = str(max_body_size)
     os.environ[_MAX_JACOBIAN_ENV] = str(max_jacobian_bytes)
     os.environ[_HANDLES_ENV] = json.dumps(limits)
+    if files is not None:
+        os.environ[_FILES_ENV] = os.path.abspath(files)
     if token:
         os.environ[TOKEN_ENV] = token
     uvicorn.run(
