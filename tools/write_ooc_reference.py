@@ -47,6 +47,11 @@ FAMILIES = [
         ("ops._update", "ops._persist"),
     ),
     (
+        "Arrays where they lie",
+        "zarr arrays (any fsspec store) and HDF5 datasets computed on in place, with no copy.",
+        ("_zarr_file", "_hdf5_file"),
+    ),
+    (
         "Extensions",
         "The standard's `linalg` and `fft` extensions, as sub-namespaces of `gradpipe.ooc`.",
         ("extension",),

@@ -277,7 +277,9 @@ class DiskArray:
     def __deepcopy__(self, memo) -> DiskArray:
         """An independent copy in a new scratch file (as NumPy's deepcopy copies data);
         a read-only constant (an all-zero or constant gradient) is returned as is."""
-        if _is_concrete(self._handle) and not isinstance(self._file, PagedFile):
+        f = self._file
+        constant = not isinstance(f, PagedFile) and not getattr(f, "writable", False)
+        if _is_concrete(self._handle) and constant:
             return self
         return self._copy(None, "deepcopy()")
 

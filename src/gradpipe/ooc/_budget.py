@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 from gradpipe.core import parse_size
 
@@ -128,6 +128,18 @@ def _halve(n: int) -> int:
     return max(1, 1 << ((n - 1).bit_length() - 1)) if n > 1 else 1
 
 
+def _cut(n: int, grain: int) -> int:
+    """The next smaller tile side below ``n`` on an axis whose tiles should be whole
+    multiples of ``grain`` (an input's chunk side): a power of two chunks while the
+    side is above one chunk, then half a chunk, a quarter, ... (each tile within
+    one chunk). ``grain`` 1 is `_halve`."""
+    if grain <= 1:
+        return _halve(n)
+    if n > grain:
+        return grain * _halve(-(-n // grain))
+    return max(1, -(-n // 2))
+
+
 #: Tiles are not cut thinner than this along any axis unless nothing else fits.
 MIN_SIDE = 256
 
@@ -140,6 +152,7 @@ def plan_tiles(
     what: str,
     cost_for: Callable[[tuple[int, ...]], float] | None = None,
     thin_ok: Collection[int] = (),
+    grain: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
     """The tile (one size per loop axis) whose working set fits ``budget``.
 
@@ -151,18 +164,31 @@ def plan_tiles(
     while another axis can be cut, except the axes in ``thin_ok`` (a stack's batch
     axes, whose size the kernel does not care about). Raises `MemoryError` naming the
     operation when even a tile of one element per axis does not fit.
+
+    ``grain`` (one int per loop axis, default all 1) makes the sides on an axis
+    whole multiples of that many elements while they are larger than it (`_cut`),
+    and no side is cut below its grain while another is still above its own: an
+    input stored in chunks that decode whole (a compressed zarr array) is then read
+    in whole chunks, each decoded once per pass, whenever one chunk fits.
     """
     tile = list(loop_shape)
     cost = cost_for or (lambda t: 0.0)
+    grain = tuple(grain) if grain is not None else (1,) * len(tile)
+    if len(grain) != len(tile):
+        raise ValueError(f"plan_tiles: grain {grain} needs one entry per loop axis {loop_shape}.")
     while bytes_for(tuple(tile)) > budget.nbytes:
         best, best_key = None, None
         for ax, t in enumerate(tile):
             if t <= 1:
                 continue
-            trial = (*tile[:ax], _halve(t), *tile[ax + 1 :])
-            # sides below MIN_SIDE make kernels inefficient: only when nothing else is left
-            thin = ax not in thin_ok and _halve(t) < min(MIN_SIDE, loop_shape[ax])
-            key = (thin, cost(trial), bytes_for(trial), -t)
+            cut = _cut(t, grain[ax])
+            trial = (*tile[:ax], cut, *tile[ax + 1 :])
+            # a side below its grain decodes chunks more than once: only when no side
+            # above its grain is left; sides below MIN_SIDE make kernels inefficient:
+            # only when nothing else is left
+            split = cut < grain[ax]
+            thin = ax not in thin_ok and cut < min(MIN_SIDE, loop_shape[ax])
+            key = (split, thin, cost(trial), bytes_for(trial), -t)
             if best_key is None or key < best_key:
                 best, best_key = ax, key
         if best is None:
@@ -170,5 +196,5 @@ def plan_tiles(
                 f"{what}: a single-element tile needs {bytes_for(tuple(tile))} bytes, more "
                 f"than the {budget}. Raise the budget."
             )
-        tile[best] = _halve(tile[best])
+        tile[best] = _cut(tile[best], grain[best])
     return tuple(tile)

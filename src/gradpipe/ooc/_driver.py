@@ -22,6 +22,7 @@ from ._allocator import use_mmap_for_tiles
 from ._budget import MemoryBudget, default_page_shape, plan_tiles
 from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor
 from ._executor import current_executor
+from ._grain import loop_grain
 from ._storage import PagedFile, Region
 from ._tile_reads import ahead_for, prefetched, take
 
@@ -266,6 +267,7 @@ class Driver:
             what=what,
             cost_for=cost_for,
             thin_ok=op.thin_axes(*shapes),
+            grain=loop_grain(op, inputs, shapes, out_shape, red_shape),
         )
         return out_shape, red_shape, tuple(max(t, 1) for t in tile)  # empty axes: one step
 

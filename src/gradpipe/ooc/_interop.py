@@ -1,28 +1,27 @@
-"""Copying DiskArrays to and from zarr arrays and `np.memmap` files, in bounded memory."""
+"""DiskArrays to and from zarr arrays and `np.memmap` files, in bounded memory.
+
+`to_zarr` streams a result into a new zarr array as it is computed; `from_zarr`
+copies a zarr array into gradpipe's own format (`open_zarr`, in `_zarr_file`,
+computes on it where it lies instead).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import os
 
 import numpy as np
 
 from ._array import DiskArray, _new_file, _row_chunks
-from ._budget import MemoryBudget, get_budget
+from ._budget import MemoryBudget, format_bytes, get_budget
+from ._chain import is_chain
 from ._debris import sweep_partials
 from ._storage import fsync_dir, partial_name
+from ._zarr_file import ZarrFile, open_zarr, resolve_store, zarr_module
 
 __all__ = ["from_zarr", "to_memmap", "to_zarr"]
-
-
-def _zarr():
-    try:
-        import zarr
-    except ImportError:
-        raise ImportError(
-            "gradpipe.ooc zarr interop needs zarr: pip install 'gradpipe[zarr]'."
-        ) from None
-    return zarr
 
 
 def _rows_per_copy(shape, itemsize: int, budget: MemoryBudget) -> int:
@@ -65,33 +64,130 @@ def to_memmap(x: DiskArray, path: str | os.PathLike, *, budget=None) -> np.memma
     return np.memmap(path, dtype=x.dtype, mode="r+", shape=x.shape)
 
 
-def to_zarr(x: DiskArray, store, *, chunks=None, budget=None):
-    """Write ``x`` to a new zarr array at ``store`` (a path or a zarr store).
+def _tile_for(shape, unit, bytes_per_element: float, budget: MemoryBudget, what: str):
+    """The largest tile of whole ``unit`` blocks (grown along the last axes first) whose
+    bytes fit the budget; a `MemoryError` when one unit does not."""
+    tile = [min(u, max(n, 1)) for u, n in zip(unit, shape)]
+    fits = lambda t: math.prod(t) * bytes_per_element <= budget.nbytes
+    if not fits(tile):
+        need = math.prod(tile) * bytes_per_element
+        raise MemoryError(
+            f"{what}: one chunk of shape {tuple(unit)} needs {format_bytes(int(need))} while "
+            f"it is written, more than the {budget}. Choose smaller chunks= or raise the "
+            "budget."
+        )
+    for ax in reversed(range(len(shape))):
+        room = budget.nbytes // (math.prod(tile) * bytes_per_element / tile[ax])
+        blocks = min(-(-shape[ax] // unit[ax]), max(1, int(room // unit[ax])))
+        tile[ax] = min(shape[ax], blocks * unit[ax])
+        if tile[ax] < shape[ax]:
+            break
+    return tuple(tile)
+
+
+def to_zarr(
+    x: DiskArray,
+    store,
+    *,
+    path: str | None = None,
+    chunks: tuple[int, ...] | None = None,
+    mode: str = "w",
+    storage_options: dict | None = None,
+    budget: MemoryBudget | int | str | None = None,
+    **create_options,
+):
+    """Write ``x`` to a new zarr array as it is computed, tile by tile.
+
+    ``x`` may be a fused result (a chain computed on read): its tiles are computed
+    from its stored inputs and written straight into the zarr array, with no
+    intermediate file. Tiles are whole chunks (whole shards when ``shards=`` is
+    given), so each chunk is encoded and written once; see
+    `gradpipe.ooc.open_zarr` for what holds after an interruption (each chunk
+    entirely old or new, the array possibly in part).
+
+    ```python
+    g = jax.grad(loss)(w)                  # a DiskArray
+    ooc.to_zarr(g, "grad.zarr", chunks=(256, 64))
+    ```
 
     **Arguments:**
 
-    - `chunks`: zarr chunk shape; by default the DiskArray's page shape.
+    - `store`: a local path, an fsspec URL (``file://``, ``memory://``, ``s3://``,
+      ...) or a zarr store.
+    - `path`: the array's path inside the store.
+    - `chunks`: the zarr chunk shape; by default the DiskArray's page shape.
+    - `mode`: ``"w"`` replaces what is there, ``"w-"`` refuses if something is.
+    - `storage_options`: options for the fsspec file system of a URL.
+    - `budget`: bounds the tile held while writing.
+    - `create_options`: passed to `zarr.create_array` (``compressors=``,
+      ``zarr_format=``, ``shards=``, ``fill_value=``, ...).
 
-    **Returns:** the zarr array.
+    **Returns:** the `zarr.Array` written (``ooc.open_zarr(z)`` reads it in place).
     """
-    zarr = _zarr()
-    f = x._concrete_file("to_zarr")
-    z = zarr.open_array(
-        store, mode="w", shape=x.shape, dtype=x.dtype, chunks=chunks or f.page_shape
+    zarr = zarr_module()
+    src = x._concrete_file("to_zarr")
+    if mode not in ("w", "w-"):
+        raise ValueError(f"to_zarr: mode must be 'w' (replace) or 'w-' (new only), got {mode!r}.")
+    opened, _ = resolve_store(store, mode="w", storage_options=storage_options)
+    if chunks is None:
+        chunks = tuple(src.page_shape) if x.shape else ()
+    z = zarr.create_array(
+        opened,
+        name=path,
+        shape=x.shape,
+        dtype=x.dtype,
+        chunks=chunks,
+        overwrite=mode == "w",
+        **create_options,
     )
-    for r in _row_chunks(f):
-        z[r] = f.read(r)
+    out = ZarrFile(z, "to_zarr")
+    b = get_budget(budget)
+    if is_chain(src):
+        src.fit_budget(b.nbytes)
+    if 0 in x.shape:
+        return z
+    if not x.shape:
+        out.write((), np.asarray(src.read(None)))
+        return z
+    per_element = _read_bytes(src) + 2 * out.dtype.itemsize  # the tile, and zarr's encoding
+    tile = _tile_for(x.shape, out.write_shape, per_element, b, "to_zarr")
+    for region in _regions(x.shape, tile):
+        out.write(region, src.read(region))
     return z
 
 
-def from_zarr(source, *, path=None, page_shape=None, budget=None) -> DiskArray:
-    """A DiskArray copied from a zarr array (or a path to one), block row by block row."""
-    zarr = _zarr()
-    z = zarr.open_array(source, mode="r") if isinstance(source, (str, os.PathLike)) else source
-    f = _new_file(z.shape, z.dtype, path, page_shape, budget)
+def _read_bytes(src) -> float:
+    """Bytes one element of ``src`` holds while read (a chain: what its read holds)."""
+    return src.stats().peak if is_chain(src) else float(src.dtype.itemsize)
+
+
+def _regions(shape, tile):
+    for starts in itertools.product(*(range(0, n, t) for n, t in zip(shape, tile))):
+        yield tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
+
+
+def from_zarr(
+    source, *, path=None, page_shape=None, budget=None, storage_options=None
+) -> DiskArray:
+    """A DiskArray *copied* from a zarr array into gradpipe's own file format.
+
+    Use `open_zarr` to compute on the zarr array where it lies, with no copy;
+    copy when the zarr array's chunks suit the computation badly (chunks much
+    larger than the budget, say), or to keep a snapshot.
+
+    **Arguments:**
+
+    - `source`: a `zarr.Array`, or a path or URL to one.
+    - `path`: where to keep the copy; by default a scratch file.
+    - `page_shape`, `budget`: as for `DiskArray.from_numpy`.
+    - `storage_options`: options for the fsspec file system of a URL.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        source = open_zarr(source, storage_options=storage_options)._file.array
+    f = _new_file(source.shape, source.dtype, path, page_shape, budget)
     try:
         for r in _row_chunks(f):
-            f.write(r, np.asarray(z[r]))
+            f.write(r, np.asarray(source[r]))
     except BaseException:
         f.discard()
         raise

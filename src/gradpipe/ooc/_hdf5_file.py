@@ -1,0 +1,162 @@
+"""HDF5 datasets read where they lie: the file behind `open_hdf5`.
+
+An `HDF5File` gives the tile driver one dataset of an HDF5 file (NetCDF-4 files
+are HDF5 files: their variables are datasets) as it gives it a paged file,
+read-only. A chunked dataset's ``page_shape`` is its chunk shape and tiles follow
+its chunks (`_grain`), so each compressed chunk is decoded once per pass; a
+contiguous dataset gets the default page shape of a new array. Reads go through
+``read_direct`` into the driver's buffer: no intermediate copy.
+
+``io_stats().bytes_read`` counts, as for zarr, the decoded bytes of every chunk
+a read touches (a contiguous dataset: the region's bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+import numpy as np
+
+from ._budget import default_page_shape, get_budget
+from ._iostats import record_read
+from ._zarr_file import InPlaceFile, _extent, _touched_bytes
+
+__all__ = ["HDF5File", "open_hdf5"]
+
+Region = tuple[slice, ...]
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise ImportError(
+            "gradpipe.ooc's HDF5 support needs h5py: pip install 'gradpipe[hdf5]'."
+        ) from None
+    return h5py
+
+
+class HDF5File(InPlaceFile):
+    """One dataset of an HDF5 file, read-only, as the tile driver reads it (see the
+    module). Made by `open_hdf5`; reads are thread safe (h5py serializes them)."""
+
+    writable = False
+
+    def __init__(self, path: str | os.PathLike, dataset: str):
+        h5py = _h5py()
+        self.path = os.path.abspath(os.fspath(path))
+        self.dataset = dataset
+        try:
+            handle = h5py.File(self.path, "r")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"No HDF5 file at {self.path!r}.") from None
+        except OSError as e:
+            raise OSError(f"{self.path!r} cannot be read as an HDF5 file: {e}") from None
+        self._finalizer = weakref.finalize(self, handle.close)
+        node = handle.get(dataset)
+        if not isinstance(node, h5py.Dataset):
+            names = []
+            handle.visititems(
+                lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None
+            )
+            what = "nothing" if node is None else "a group"
+            raise KeyError(
+                f"{dataset!r} in {self.path!r} is {what}, not a dataset; its datasets: "
+                f"{', '.join(names) or 'none'}."
+            )
+        dtype = node.dtype
+        if dtype.kind not in "biufc" or node.shape is None:
+            raise TypeError(
+                f"dataset {dataset!r} in {self.path!r} holds {dtype} values; gradpipe.ooc "
+                "works on booleans and numbers (bool, int, uint, float, complex dtypes)."
+            )
+        self._dataset = node
+        self.shape = tuple(int(n) for n in node.shape)
+        self.dtype = dtype.newbyteorder("=")  # HDF5 converts to native order on read
+        self.whole_chunks = node.chunks is not None
+        if node.chunks is not None:
+            self.page_shape = tuple(int(c) for c in node.chunks)
+        else:
+            self.page_shape = default_page_shape(self.shape, self.dtype.itemsize, get_budget())
+
+    def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The values in ``region``, read straight into ``out`` when it is given (a
+        C-contiguous array of the region's shape and this file's dtype)."""
+        region = self.normalize(region)
+        shape = _extent(region)
+        if out is None or out.dtype != self.dtype or not out.flags.c_contiguous:
+            target = np.empty(shape, self.dtype)
+        else:
+            target = out
+        if tuple(target.shape) != shape:
+            raise ValueError(f"read: out must have the region's shape {shape}, got {out.shape}.")
+        if 0 in shape:
+            return target if out is None else out
+        if self.shape:
+            self._dataset.read_direct(target, source_sel=region)
+        else:
+            self._dataset.read_direct(target)
+        if self.whole_chunks:
+            record_read(_touched_bytes(region, self.page_shape, self.shape, self.dtype.itemsize))
+        else:
+            record_read(target.nbytes)
+        if out is not None and target is not out:
+            out[...] = target
+            return out
+        return target
+
+    def write(self, region, data) -> None:
+        raise TypeError(
+            f"the HDF5 dataset {self.dataset!r} in {self.path!r} is read-only in gradpipe.ooc; "
+            "copy it first (ooc.asarray(x, copy=True), or x.save(path)) to write into it."
+        )
+
+    def __reduce__(self):
+        return (HDF5File, (self.path, self.dataset))
+
+    def __repr__(self) -> str:
+        return (
+            f"HDF5File({self.path!r}, {self.dataset!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"page_shape={self.page_shape})"
+        )
+
+
+def open_hdf5(path, dataset: str | None = None):
+    """A read-only `DiskArray` on one dataset of an HDF5 (or NetCDF-4) file, in place.
+
+    No copy is made: a chunked dataset is read in whole chunks (tiles follow them),
+    each decoded once per pass; a contiguous one in pages of the default size.
+
+    ```python
+    with h5py.File("data.h5", "w") as f:
+        f.create_dataset("x", data=np.random.rand(1000, 64), chunks=(100, 64),
+                         compression="gzip")
+    x = ooc.open_hdf5("data.h5", "x")
+    m = ooc.mean(x)
+    ```
+
+    **Arguments:**
+
+    - `path`: the HDF5 file, or an open `h5py.Dataset` (its file is reopened
+      read-only by name).
+    - `dataset`: the dataset's name in the file (``"group/name"``; for a NetCDF-4
+      file, the variable's name).
+
+    **Returns:** a `DiskArray` whose file is the dataset; writing into it is
+    refused (copy it first).
+    """
+    from ._array import DiskArray
+
+    h5py = _h5py()
+    if isinstance(path, h5py.Dataset):
+        if dataset is not None:
+            raise ValueError("open_hdf5(dataset_object): the dataset is given; drop `dataset`.")
+        path, dataset = path.file.filename, path.name
+    elif not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"open_hdf5: path must be a file path or an h5py.Dataset, got {type(path).__name__}."
+        )
+    if dataset is None:
+        raise TypeError("open_hdf5(path, dataset): name the dataset to open, e.g. 'x'.")
+    return DiskArray._wrap(HDF5File(path, dataset))
