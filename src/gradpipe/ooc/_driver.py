@@ -19,12 +19,12 @@ import numpy as np
 
 from . import _stages, _tile_reads
 from ._allocator import use_mmap_for_tiles
-from ._budget import MemoryBudget, default_page_shape, plan_tiles
+from ._budget import MemoryBudget, default_page_shape
 from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor
 from ._executor import current_executor
-from ._grain import loop_grain
 from ._storage import PagedFile, Region
-from ._tile_reads import ahead_for, prefetched, take
+from ._tile_plan import first_tile, passes, stage_of, tile_plan
+from ._tile_reads import prefetched, take
 
 __all__ = ["Driver", "Store", "set_progress"]
 
@@ -37,27 +37,6 @@ def set_progress(enabled: bool) -> None:
     Off by default in library calls; the CLI and the demo turn it on.
     """
     _progress[0] = bool(enabled)
-
-
-def _disk_bytes(v) -> float:
-    """Bytes read from disk per element of ``v`` (a chain: of its stored inputs)."""
-    if is_chain(v):
-        return v.stats().leaf_bytes
-    return np.dtype(v.dtype).itemsize if getattr(v, "on_disk", True) else 0
-
-
-def _first_tile(out_shape, red_shape, tile) -> tuple[Region, Region]:
-    """The first step's output and reduction regions (clipped to the loop)."""
-    n_out = len(out_shape)
-    out_r = tuple(slice(0, min(t, max(n, 1))) for t, n in zip(tile[:n_out], out_shape))
-    red_r = tuple(slice(0, min(t, max(n, 1))) for t, n in zip(tile[n_out:], red_shape))
-    return out_r, red_r
-
-
-def _nbytes(region: Region | None, itemsize: int) -> int:
-    if region is None:
-        return itemsize
-    return math.prod(s.stop - s.start for s in region) * itemsize
 
 
 Value = PagedFile | np.ndarray  # an array file, or a 0-d in-memory value
@@ -168,108 +147,26 @@ class Driver:
         of a backward pass) that the cost rule says to write are written first
         (`ChainFile.should_store`)."""
         while True:
-            plan = self._tile_plan(op, inputs, phase, g)
+            plan, self._bytes_for = tile_plan(op, inputs, phase, g, self.budget, self.name)
             if isinstance(op, Store):  # writing a chain: no rule to apply
                 return plan
             sources = [*inputs, g] if g is not None else list(inputs)
             chains = [(i, v) for i, v in enumerate(sources) if is_chain(v)]
             if not chains:
                 return plan
-            passes = self._passes(op, inputs, plan)
+            reads = passes(op, inputs, plan)
             if g is not None:
                 red_steps = math.prod(
                     -(-max(n, 1) // t) for n, t in zip(plan[1], plan[2][len(plan[0]) :])
                 )
-                passes.append(float(red_steps))
-            to_store = [v for i, v in chains if v.should_store(passes[i])]
+                reads.append(float(red_steps))
+            to_store = [v for i, v in chains if v.should_store(reads[i])]
             if not to_store:
                 for i, v in chains:
-                    v.count_passes(passes[i])
+                    v.count_passes(reads[i])
                 return plan
             for v in to_store:
                 v.store(self)
-
-    def _passes(self, op, inputs, plan) -> list[float]:
-        """How many times over the loop reads each input (from its first tile)."""
-        out_shape, red_shape, tile = plan
-        shapes = [tuple(v.shape) for v in inputs]
-        regions = op.index_map(*_first_tile(out_shape, red_shape, tile), *shapes)
-        steps = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
-        return [
-            steps * _nbytes(r, 1) / max(math.prod(s), 1) if s else 0.0
-            for r, s in zip(regions, shapes)
-        ]
-
-    def _tile_plan(self, op, inputs, phase: str, g=None) -> tuple[tuple, tuple, tuple]:
-        for v in (*inputs, g):
-            if is_chain(v):
-                v.fit_budget(self.budget.nbytes)
-        shapes = [tuple(v.shape) for v in inputs]
-        out_shape = tuple(op.output_shape(*shapes))
-        red_shape = tuple(op.reduction_shape(*shapes))
-        # a chain's block costs what one read through it holds (`ChainFile.stats`)
-        sizes = [v.stats().peak if is_chain(v) else np.dtype(v.dtype).itemsize for v in inputs]
-        dtypes = [v.dtype for v in inputs]
-        out_item = np.dtype(op.output_dtype(*dtypes)).itemsize
-        # partial tiles, the combined tile and the one being written are accumulator
-        # sized (a float16 sum's are float32)
-        acc_item = max(out_item, np.dtype(op.accumulator_dtype(*dtypes)).itemsize)
-        n_out = len(out_shape)
-        # steps read ahead: computing chains runs on two threads
-        ahead = ahead_for([*inputs, g] if g is not None else inputs)
-        # a cotangent computed on read holds its chain's blocks as well
-        g_item = g.stats().peak if is_chain(g) else 0
-        # and every chain read holds piece-sized intermediates
-        fixed = (1 + ahead) * sum(v.stats().fixed for v in (*inputs, g) if is_chain(v))
-
-        def bytes_for(tile: tuple[int, ...]) -> int:
-            out_r = tuple(slice(0, t) for t in tile[:n_out])
-            red_r = tuple(slice(0, t) for t in tile[n_out:])
-            regions = op.index_map(out_r, red_r, *shapes)
-            ins = sum(_nbytes(r, s) for r, s in zip(regions, sizes))
-            out = _nbytes(out_r, acc_item)
-            if phase == "forward":
-                return int((1 + ahead) * ins + 3 * out + fixed)
-            g_block = _nbytes(out_r, g_item)
-            return int((1 + ahead) * (ins + g_block) + 3 * out + 3 * ins + fixed)
-
-        self._bytes_for = bytes_for
-
-        pages = [getattr(v, "page_shape", None) for v in inputs]
-
-        def cost_for(tile: tuple[int, ...]) -> float:
-            """Bytes moved over the whole loop: reads, counting whole pages along all
-            but the first axis (what a read of a narrower region costs), output tile
-            updates, and 4 MiB a step for per-step overhead."""
-            out_r = tuple(slice(0, t) for t in tile[:n_out])
-            red_r = tuple(slice(0, t) for t in tile[n_out:])
-            regions = op.index_map(out_r, red_r, *shapes)
-            read = 0
-            for r, s, page, shape in zip(regions, sizes, pages, shapes):
-                if r is None or not page:
-                    read += _nbytes(r, s)
-                    continue
-                ext = [r[0].stop - r[0].start] + [
-                    min(-(-(x.stop - x.start) // p) * p, n)
-                    for x, p, n in zip(r[1:], page[1:], shape[1:])
-                ]
-                read += math.prod(ext) * s
-            steps = math.prod(-(-max(n, 1) // t) for n, t in zip(loop, tile))
-            # each step also updates the output tile (accumulate or write)
-            return steps * (read + _nbytes(out_r, out_item) + 4 * 2**20)
-
-        loop = out_shape + red_shape
-        what = f"{self.name} ({phase}, {len(inputs)} inputs)"
-        tile = plan_tiles(
-            loop,
-            bytes_for,
-            self.budget,
-            what=what,
-            cost_for=cost_for,
-            thin_ok=op.thin_axes(*shapes),
-            grain=loop_grain(op, inputs, shapes, out_shape, red_shape),
-        )
-        return out_shape, red_shape, tuple(max(t, 1) for t in tile)  # empty axes: one step
 
     def _steps(self, op, shapes, out_shape, red_shape, tile):
         n_out = len(out_shape)
@@ -317,26 +214,6 @@ class Driver:
             label, sources, regions, compute, shape, dtypes, page, self.budget.nbytes
         )
 
-    def _stage(self, op, phase, inputs, plan, write_bytes, g=None):
-        """The `_stages.stage` of one pass (``g``: a backward pass's cotangent), with
-        the bytes its plan will read from disk (chains: their stored inputs)."""
-        if not _stages.recording_active():
-            return contextlib.nullcontext()
-        out_shape, red_shape, tile = plan
-        shapes = [tuple(v.shape) for v in inputs]
-        sources = [*inputs, g] if g is not None else list(inputs)
-        per_element = [_disk_bytes(v) for v in sources]
-        read, steps = 0, 0
-        for out_r, _, _, regions in self._steps(op, shapes, out_shape, red_shape, tile):
-            steps += 1
-            if g is not None:
-                regions = (*regions, out_r if g.shape else None)
-            read += sum(
-                _nbytes(r, 1) * b for r, b, v in zip(regions, per_element, sources) if v.shape
-            )
-        peak = self._bytes_for(tile)
-        return _stages.stage(op.name, phase, sources, tile, steps, peak, read, write_bytes)
-
     def forward(self, op, inputs: Sequence[Value]) -> Value:
         """Run ``op`` forward: a chain computed on read for a block map (`fuse`), else
         a new committed scratch file, or a 0-d array."""
@@ -346,7 +223,7 @@ class Driver:
         plan = self._plan(op, inputs, "forward")
         dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
         write = math.prod(plan[0]) * dtype.itemsize if plan[0] else 0
-        with self._stage(op, "forward", inputs, plan, write):
+        with stage_of(op, "forward", inputs, plan, write, self._bytes_for):
             return self._forward(op, inputs, plan, dtype)
 
     def _forward(self, op, inputs, plan, dtype) -> Value:
@@ -440,13 +317,13 @@ class Driver:
         write = sum(
             math.prod(v.shape) * np.dtype(v.dtype).itemsize for v, w in zip(inputs, wants) if w
         )
-        with self._stage(op, "backward", inputs, plan, write, g=g):
+        with stage_of(op, "backward", inputs, plan, write, self._bytes_for, g=g):
             return self._backward(op, inputs, output, g, wants, plan)
 
     def _backward(self, op, inputs, output, g, wants, plan) -> list[Value | None]:
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
-        first_regions = op.index_map(*_first_tile(out_shape, red_shape, tile), *shapes)
+        first_regions = op.index_map(*first_tile(out_shape, red_shape, tile), *shapes)
         grads: list[Any] = []
         for v, w, r in zip(inputs, wants, first_regions):
             if not w:

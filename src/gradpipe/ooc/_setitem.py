@@ -14,6 +14,7 @@ refused, and `ooc.where` or `update_` say the same thing functionally.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 
@@ -129,7 +130,8 @@ def set_item(x, key, value) -> None:
         value = np.asarray(value, dv)
     else:
         value = value._concrete_file("x[...] = value")
-    if not f.is_scratch:  # named: written whole, atomically
+    in_place = getattr(f, "writes_in_place", False)  # a zarr array: chunk by chunk
+    if not f.is_scratch and not in_place:  # named: written whole, atomically
         copy = x._copy(None, "x[...] = value")
         set_item(copy, key, value if tv is None else _wrap_value(value))
         update_(x, copy)
@@ -138,7 +140,8 @@ def set_item(x, key, value) -> None:
         if not x.shape:
             f.write(None, np.asarray(_value_block(value, vshape, (), 0, 1), x.dtype))
         return
-    _write_slabs(f, index, sel_shape, value, vshape, get_budget(None))
+    with f.rewriting() if in_place else contextlib.nullcontext():
+        _write_slabs(f, index, sel_shape, value, vshape, get_budget(None))
 
 
 def _is_mask(key, shape, type_of) -> bool:
