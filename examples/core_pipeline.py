@@ -56,9 +56,9 @@ def main(outdir: pathlib.Path | None = None) -> dict:
     same = np.array_equal(reloaded(y), estimate)
 
     print()
-    print(f"{'true α':>8} {'retrieved':>10}")
+    print(f"{'true α (DU)':>12} {'retrieved (DU)':>15}")
     for a, e in zip(alpha, estimate):
-        print(f"{a:8.2f} {e:10.2f}")
+        print(f"{a:12.2f} {e:15.2f}")
     print(f"\nstored as {ref[:12]} (tag retrieval-v1); reloaded pipeline identical: {same}")
     return {"rmse": float(np.sqrt(np.mean((estimate - alpha) ** 2))), "reloaded_identical": same}
 

@@ -37,14 +37,14 @@ def test_stage1_jit_vmap_grad_through_a_plain_pipeline(measured):
     assert 0.9 <= measured["rms_standardised"] <= 1.1
 
 
-def test_stage2_and_4_learning_log_k_both_ways(measured):
+def test_stage2_and_3_learning_log_k_both_ways(measured):
     assert measured["start_rmse"] > 2 * measured["true_k_rmse"]
     for key in ("rmse_module", "rmse_pipeline"):
         assert abs(measured[key] / measured["true_k_rmse"] - 1) < 0.05, key
     assert measured["tied_gradient_error"] < 1e-9
 
 
-def test_stage5_registry_round_trip(measured):
+def test_stage4_registry_round_trip(measured):
     assert measured["weights_identical"] is True
     assert measured["reloaded_max_abs_difference"] == 0.0
     assert measured["module_identical"] is True
@@ -53,7 +53,7 @@ def test_stage5_registry_round_trip(measured):
     assert steps == [{"log_k": {"shape": [5], "dtype": "float64"}}] * 2
 
 
-def test_stage5_truncated_scan_and_ode(measured):
+def test_stage4_truncated_scan_and_ode(measured):
     assert measured["truncated_forward_identical"] is True
     assert measured["truncated_nonzero_k3"] == 3
     assert measured["truncated_dcT_dq0_k24"] == pytest.approx(0.9**23, rel=1e-12)

@@ -21,9 +21,12 @@ except ImportError as error:
         f"Install the extra: pip install 'gradpipe[component]'."
     ) from error
 
+from ._check_gradients import check_gradients
 from ._component import Component
+from ._gradient_report import GradientCheck, GradientCheckRow
 from ._keys import ContentKey
 from ._paths import ComponentInputError, canonical_path
+from ._random_inputs import random_inputs
 from ._residuals import CacheInfo, CacheLimits, ResidualCache, Residuals
 from ._schema import Array, ArraySpec, Differentiable, LeafSpec
 
@@ -36,8 +39,12 @@ __all__ = [
     "ComponentInputError",
     "ContentKey",
     "Differentiable",
+    "GradientCheck",
+    "GradientCheckRow",
     "LeafSpec",
     "ResidualCache",
     "Residuals",
     "canonical_path",
+    "check_gradients",
+    "random_inputs",
 ]
