@@ -202,3 +202,16 @@ def test_executor_none_runs_here_and_the_options_are_checked(client):
     ex = ooc.DaskExecutor(client, tasks_per_thread=1)
     with ooc.executor(ex) as got:
         assert got is ex
+
+
+def test_a_pass_on_the_cluster_shows_progress_when_asked(client, rng, capsys):
+    a = rng.standard_normal((512, 384)).astype(np.float32)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(a)
+        ooc.set_progress(True)
+        try:
+            with ooc.executor(client):
+                (x @ x.T).persist()
+        finally:
+            ooc.set_progress(False)
+    assert "forward on the cluster" in capsys.readouterr().err

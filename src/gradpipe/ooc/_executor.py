@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ._iostats import IOStats, add_io, io_stats
+from ._iostats import add_io, io_stats
 from ._scratch import get_scratch_dir
 from ._storage import PagedFile
 
@@ -217,8 +217,9 @@ class DaskExecutor:
             )
         self._checked_dir = scratch
 
-    def _run(self, fn, payload: bytes, task_args: list[tuple], label: str) -> list:
-        """Submit one task per entry of ``task_args``; their results in order."""
+    def _run(self, driver, fn, payload: bytes, task_args: list[tuple], label: str) -> list:
+        """Submit one task per entry of ``task_args``; their results in order (a
+        progress bar counts finished tasks when progress is on)."""
         from distributed import as_completed
 
         self._check_shared()
@@ -227,15 +228,23 @@ class DaskExecutor:
             self.client.submit(fn, payload, *args, key=f"gradpipe-{label}-{tag}-{k}", pure=False)
             for k, args in enumerate(task_args)
         ]
+        index = {f.key: k for k, f in enumerate(futures)}
+        results: list = [None] * len(futures)
+        bar = driver._bar(len(futures), f"{label.rsplit('-', 1)[-1]} on the cluster")
         try:
-            for fut in as_completed(futures):
-                fut.result()  # the first failure raises here, the others are cancelled
-            results = self.client.gather(futures)
+            # the first failure raises here; the other tasks are cancelled
+            for fut, result in as_completed(futures, with_results=True):
+                results[index[fut.key]] = result
+                if bar is not None:
+                    bar.update()
         except BaseException:
             self.client.cancel(futures)
             raise
+        finally:
+            if bar is not None:
+                bar.close()
         for r in results:
-            add_io(r[-1] if isinstance(r[-1], IOStats) else IOStats())
+            add_io(r[-1])
         return results
 
     # -- passes ------------------------------------------------------------------
@@ -261,7 +270,7 @@ class DaskExecutor:
         payload = _dumps(
             (op, inputs, out, dtype, shapes, red_shape, red_tile, driver.budget.nbytes, driver.name)
         )
-        results = self._run(_forward_task, payload, tasks, f"{op.name}-forward")
+        results = self._run(driver, _forward_task, payload, tasks, f"{op.name}-forward")
         if not split_red:
             return results[0][0] if out is None else None
         acc = {}
@@ -311,7 +320,9 @@ class DaskExecutor:
                 shared,
             )
         )
-        results = self._run(_backward_task, payload, [(g,) for g in groups], f"{op.name}-backward")
+        results = self._run(
+            driver, _backward_task, payload, [(g,) for g in groups], f"{op.name}-backward"
+        )
         sums: list[dict] = [{} for _ in inputs]
         for kept, zero_d, _ in results:
             for i, g in enumerate(zero_d):
