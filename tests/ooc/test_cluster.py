@@ -171,7 +171,8 @@ def test_a_worker_killed_mid_pass_is_replaced_and_the_result_is_right(client, rn
     with ooc.MemoryBudget(64 * 2**10):
         d = ooc.DiskArray.from_numpy(x)
         with ooc.executor(client):
-            y = kills_its_worker_once(d, marker=str(marker), result=str(result)) + 1.0  # a pass of tiles, then a chain saved by the workers
+            # a pass of tiles, then a chain saved by the workers
+            y = kills_its_worker_once(d, marker=str(marker), result=str(result)) + 1.0
             saved = y.save(result)
     assert marker.read_bytes() == b"hidden"  # nothing under the name while it ran
     np.testing.assert_array_equal(saved.to_numpy(force=True), 2 * x + 1)
@@ -215,3 +216,38 @@ def test_a_pass_on_the_cluster_shows_progress_when_asked(client, rng, capsys):
         finally:
             ooc.set_progress(False)
     assert "forward on the cluster" in capsys.readouterr().err
+
+
+def _restart_peak() -> int:
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # the peak (VmHWM) restarts from the current RSS
+    return _status_bytes("VmRSS:")
+
+
+def _status_bytes(key: str) -> int:
+    with open("/proc/self/status") as fh:
+        line = next(line for line in fh if line.startswith(key))
+    return int(line.split()[1]) * 1024
+
+
+def _peak() -> int:
+    return _status_bytes("VmHWM:")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+def test_the_memory_budget_holds_on_each_worker(client, rng):
+    big = rng.standard_normal((4096, 4096)).astype(np.float32)  # 64 MiB
+    budget = 4 * 2**20
+    with ooc.MemoryBudget(budget):
+        x = ooc.DiskArray.from_numpy(big)
+        with ooc.executor(client):
+            ooc.sum(ooc.tanh(x[:256]), axis=0)  # the workers import and warm up first
+            base = client.run(_restart_peak)
+            total = ooc.sum(ooc.exp(ooc.tanh(x) * 0.5) - x, axis=0)
+            peak = client.run(_peak)
+    np.testing.assert_allclose(
+        np.asarray(total), np.sum(np.exp(np.tanh(big) * 0.5) - big, axis=0), rtol=1e-3, atol=1e-2
+    )
+    for worker, p in peak.items():
+        # each worker held a few tiles, never the 64 MiB array
+        assert p - base[worker] <= budget + 16 * 2**20, (worker, (p - base[worker]) / 2**20)
