@@ -128,12 +128,18 @@ def task_overhead(client, budget: int, tiles: int = 64) -> dict:
     threads = sum(client.nthreads().values())
     # tasks run `threads` at a time: each slot carries tiles/threads of them
     per_task = (statistics.median(there) - statistics.median(here) / threads) / (tiles / threads)
-    return {"tasks": tiles, "single_s": statistics.median(here), "cluster_s": statistics.median(there),
-            "per_task_s": max(per_task, 0.0)}
+    return {
+        "tasks": tiles,
+        "single_s": statistics.median(here),
+        "cluster_s": statistics.median(there),
+        "per_task_s": max(per_task, 0.0),
+    }
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--rows", type=int, default=16384, help="rows of the chain's X")
     p.add_argument("--cols", type=int, default=16384, help="columns of the chain's X")
     p.add_argument("--matmul-size", type=int, default=8192, help="side of A and W")
@@ -141,7 +147,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed rounds")
     p.add_argument("--workers", type=int, default=2, help="worker processes")
     p.add_argument("--quick", action="store_true", help="small arrays, one round: a smoke test")
-    p.add_argument("--dir", type=Path, default=None, help="where the stores go (default: a temporary directory)")
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the stores go (default: a temporary directory)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the results here too")
     args = p.parse_args()
     if args.quick:
@@ -162,8 +173,12 @@ def main() -> None:
         small = Inputs(root / "small", 256, 256, 256, args.budget_mib, rng)
         inp = Inputs(root / "big", args.rows, args.cols, args.matmul_size, args.budget_mib, rng)
         cluster = LocalCluster(
-            n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=None, memory_limit=None,
+            n_workers=args.workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            memory_limit=None,
         )
         with cluster, Client(cluster) as client:
             client.wait_for_workers(args.workers)
@@ -192,9 +207,11 @@ def main() -> None:
 def report(args, inp, times, values, moved, overhead) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     print()
-    print(f"workers: {args.workers} processes x 1 thread, budget {args.budget_mib} MiB each; "
-          f"chain X {args.rows}x{args.cols} float32, matmul {args.matmul_size}^2 float32; "
-          f"medians of {args.repeats}")
+    print(
+        f"workers: {args.workers} processes x 1 thread, budget {args.budget_mib} MiB each; "
+        f"chain X {args.rows}x{args.cols} float32, matmul {args.matmul_size}^2 float32; "
+        f"medians of {args.repeats}"
+    )
     print(f"{'workload':8s} {'contender':9s} {'time s':>8s} {'GB/s in':>8s}")
     for (w, c), t in med.items():
         print(f"{w:8s} {c:9s} {t:8.2f} {inp.bytes[w] / t / 1e9:8.2f}")
@@ -204,24 +221,40 @@ def report(args, inp, times, values, moved, overhead) -> None:
         rows.append((f"{w}: cluster / dask", med[(w, "cluster")] / med[(w, "dask")], 1.0))
     print()
     for name, ratio, target in rows:
-        print(f"{name:26s} {ratio:5.2f}  (target <= {target}: {'PASS' if ratio <= target else 'MISS'})")
-    print(f"chain values: single {values[('chain', 'single')]:.6f} cluster "
-          f"{values[('chain', 'cluster')]:.6f} dask {values[('chain', 'dask')]:.6f}")
+        print(
+            f"{name:26s} {ratio:5.2f}  (target <= {target}: {'PASS' if ratio <= target else 'MISS'})"
+        )
+    print(
+        f"chain values: single {values[('chain', 'single')]:.6f} cluster "
+        f"{values[('chain', 'cluster')]:.6f} dask {values[('chain', 'dask')]:.6f}"
+    )
     print()
-    print(f"per-task overhead: {overhead['per_task_s'] * 1e3:.1f} ms "
-          f"({overhead['tasks']} tasks: {overhead['cluster_s']:.2f} s on the cluster, "
-          f"{overhead['single_s']:.2f} s here)")
+    print(
+        f"per-task overhead: {overhead['per_task_s'] * 1e3:.1f} ms "
+        f"({overhead['tasks']} tasks: {overhead['cluster_s']:.2f} s on the cluster, "
+        f"{overhead['single_s']:.2f} s here)"
+    )
     for w, io in moved.items():
-        print(f"{w}: {io.bytes_read / 2**30:.2f} GiB read, {io.bytes_written / 2**30:.2f} GiB written "
-              f"in all ({io.bytes_read / args.workers / 2**30:.2f} GiB read per worker)")
+        print(
+            f"{w}: {io.bytes_read / 2**30:.2f} GiB read, {io.bytes_written / 2**30:.2f} GiB written "
+            f"in all ({io.bytes_read / args.workers / 2**30:.2f} GiB read per worker)"
+        )
     if args.json:
-        args.json.write_text(json.dumps({
-            "median_s": {f"{w}/{c}": t for (w, c), t in med.items()},
-            "times_s": {f"{w}/{c}": t for (w, c), t in times.items()},
-            "ratios": {name: ratio for name, ratio, _ in rows},
-            "overhead": overhead,
-            "moved": {w: {"read": io.bytes_read, "written": io.bytes_written} for w, io in moved.items()},
-        }, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "median_s": {f"{w}/{c}": t for (w, c), t in med.items()},
+                    "times_s": {f"{w}/{c}": t for (w, c), t in times.items()},
+                    "ratios": {name: ratio for name, ratio, _ in rows},
+                    "overhead": overhead,
+                    "moved": {
+                        w: {"read": io.bytes_read, "written": io.bytes_written}
+                        for w, io in moved.items()
+                    },
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":
