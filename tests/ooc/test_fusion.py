@@ -176,6 +176,32 @@ def test_a_very_long_chain_is_cut_and_stays_correct(rng):
         np.testing.assert_allclose(y.to_numpy(force=True), want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_chain_too_deep_for_its_budget_is_cut_so_its_pieces_stay_large(rng):
+    """Under a 4 MiB budget a 48-step chain would run in pieces of ~700 bytes (its
+    intermediates share the budget), where one Python call per step and piece costs
+    more than the arithmetic; its inputs are written instead, forward and backward."""
+    a = rng.standard_normal((256, 1024)).astype(np.float32)
+
+    def long_chain(xp, x):
+        y = x
+        for _ in range(16):
+            y = xp.sin(y) * 0.9 + 0.01 * x
+        return y
+
+    with ooc.MemoryBudget("4MiB"):
+        x = ooc.DiskArray.from_numpy(a)
+        y = long_chain(ooc, x)
+        assert is_chain(y._file)
+        assert y._file.stats().piece_bytes >= ooc._chain.MIN_PIECE_BYTES
+        np.testing.assert_allclose(y.to_numpy(force=True), long_chain(np, a), rtol=1e-5, atol=1e-6)
+        g = jax.grad(lambda x: ooc.sum(long_chain(ooc, x)))(x)
+        assert all(
+            c.stats().piece_bytes >= ooc._chain.MIN_PIECE_BYTES for c in [g._file] if is_chain(c)
+        )
+        want = jax.grad(lambda x: jnp.sum(long_chain(jnp, x)))(a)
+        np.testing.assert_allclose(g.to_numpy(force=True), want, rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------- writes in place
 
 

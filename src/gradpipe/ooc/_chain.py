@@ -43,6 +43,12 @@ MAX_READ_FACTOR = 4.0
 #: The size of the pieces a chain runs on within one read (its intermediates).
 SUB_BYTES = 512 * 2**10
 
+#: Pieces smaller than this cost more in per-piece overhead (one Python call per
+#: step and piece) than in arithmetic: under budgets of at least `CUT_BUDGET`, a
+#: chain too deep for pieces this large is cut (`too_deep`).
+MIN_PIECE_BYTES = 16 * 2**10
+CUT_BUDGET = 64 * MIN_PIECE_BYTES
+
 Region = tuple[slice, ...]
 
 # chains stored so far: cached statistics of a graph older than the last store are
@@ -53,6 +59,13 @@ _stored_count = [0]
 def is_chain(f) -> bool:
     """Whether ``f`` is a chain still computed on read (not yet stored)."""
     return isinstance(f, ChainFile) and f.stored is None
+
+
+def too_deep(chain: ChainFile) -> bool:
+    """Whether ``chain`` has so many steps for its budget that its pieces fall below
+    `MIN_PIECE_BYTES` (then its chain inputs are better written: see `Driver.fuse`).
+    Budgets under `CUT_BUDGET` keep every chain whole (pieces are small anyway)."""
+    return chain.budget_bytes >= CUT_BUDGET and chain.stats().piece_bytes < MIN_PIECE_BYTES
 
 
 def unstored(values) -> list[ChainFile]:

@@ -20,7 +20,7 @@ import numpy as np
 from . import _stages, _tile_reads
 from ._allocator import use_mmap_for_tiles
 from ._budget import MemoryBudget, default_page_shape
-from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor
+from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor, too_deep
 from ._executor import current_executor
 from ._storage import PagedFile, Region
 from ._tile_plan import first_tile, passes, stage_of, tile_plan
@@ -199,7 +199,17 @@ class Driver:
         dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
         page = _page_like(inputs, out_shape, dtype.itemsize, self.budget)
         _stages.fused()
-        return ChainFile.forward(op, list(inputs), out_shape, dtype, page, self.budget.nbytes)
+        chain = ChainFile.forward(op, list(inputs), out_shape, dtype, page, self.budget.nbytes)
+        self._cut([chain], inputs)
+        return chain
+
+    def _cut(self, chains, sources) -> None:
+        """Write the chain ``sources`` of new ``chains`` that are too deep for their
+        budget (`too_deep`): the new chains then read them as stored inputs."""
+        if any(too_deep(c) for c in chains):
+            for v in sources:
+                if is_chain(v):
+                    v.store(self)
 
     def fuse_map(self, label, sources, regions, compute, shape, dtypes) -> list[ChainFile]:
         """Chains computed on read by one block function (a fused backward pass):
@@ -210,9 +220,11 @@ class Driver:
                 v.store(self)
         page = _page_like(sources, shape, max(np.dtype(d).itemsize for d in dtypes), self.budget)
         _stages.fused()
-        return ChainFile.gradients(
+        chains = ChainFile.gradients(
             label, sources, regions, compute, shape, dtypes, page, self.budget.nbytes
         )
+        self._cut(chains, sources)
+        return chains
 
     def forward(self, op, inputs: Sequence[Value]) -> Value:
         """Run ``op`` forward: a chain computed on read for a block map (`fuse`), else
