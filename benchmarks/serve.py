@@ -22,12 +22,14 @@ against the input plus the cotangent.
 
 And the tesseract protocol both ways (`benchmarks/peer_client_bench.py`, in the
 peer's venv): the peer's own client (``Tesseract.from_url``) making the apply + vjp
-round trip against gradpipe's ``/tesseract`` API and against the peer's server; and
+round trip against gradpipe's ``/tesseract`` API and against the peer's server, and
+against a server that does no work (`benchmarks/idle_server.py`: stored answers on
+gradpipe's HTTP stack), the floor no server can go below with that client; and
 ``jax.jit(jax.value_and_grad)`` through gradpipe's `TesseractRemote` against
 tesseract-jax's ``apply_tesseract``, both calling the peer's server, with requests
-and request bytes.
+and request bytes. ``--tesseract`` measures these rows only.
 
-    .venv/bin/python benchmarks/serve.py [--size 1000000] [--reps 15]
+    .venv/bin/python benchmarks/serve.py [--size 1000000] [--reps 15] [--tesseract]
 
 The module also defines ``component``, which the gradpipe server imports.
 """
@@ -132,6 +134,16 @@ def start_peer(workdir: str, extra_env: dict | None = None) -> tuple[str, subpro
     return url, process
 
 
+def start_idle(source: str, size: int) -> tuple[str, subprocess.Popen]:
+    """`idle_server.py`: ``source``'s answers, stored, on gradpipe's HTTP stack."""
+    port = _free_port()
+    command = [sys.executable, str(HERE / "idle_server.py"), source, str(port), str(size)]
+    process = subprocess.Popen(command)
+    url = f"http://127.0.0.1:{port}"
+    _wait(url, process, "idle_server.py")
+    return url, process
+
+
 # -- one apply + vjp round trip each ------------------------------------------------------
 
 
@@ -187,115 +199,71 @@ def server_timings(remote, x, ct, reps: int) -> dict[str, dict[str, float]]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=1_000_000)
-    parser.add_argument("--reps", type=int, default=15)
-    args = parser.parse_args()
+def classic_rows(url, few_url, peer_urls, x, ct, want_y, want_g, reps) -> None:
+    """The apply + vjp round trips of gradpipe's own API and of the peer's server
+    (with httpx and gradpipe's JSON encoder), the in-process times, the binary
+    requests' Server-Timing and the bytes `jax.value_and_grad` sends; printed."""
+    from gradpipe.serve import RemoteComponent
 
-    from gradpipe.serve import RemoteComponent, TesseractRemote
+    binary = RemoteComponent(url, encoding="binary")
+    binary_few = RemoteComponent(few_url, encoding="binary")
+    json_ = RemoteComponent(url, encoding="json")
+    headers = {"Content-Type": "application/json", "Accept": "application/json+base64"}
+    peer = httpx.Client(base_url=peer_urls[0], headers=headers, timeout=300)
+    peer2 = httpx.Client(base_url=peer_urls[1], headers=headers, timeout=300)
+    methods = {
+        "gradpipe binary (msgpack)": lambda: gradpipe_round_trip(binary, x, ct),
+        "gradpipe binary, --max-handles 4": lambda: gradpipe_round_trip(binary_few, x, ct),
+        "gradpipe JSON+base64": lambda: gradpipe_round_trip(json_, x, ct),
+        "peer tesseract-runtime (json+base64)": lambda: peer_round_trip(peer, x, ct),
+        "peer, with gradpipe's malloc settings": lambda: peer_round_trip(peer2, x, ct),
+    }
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for name, run in methods.items():  # warm up (compilation) and check the answers
+        for _ in range(2):
+            y, g = run()
+        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-5, err_msg=name)
+    for _ in range(reps):  # interleaved, so drifts of the machine hit all alike
+        for name, run in methods.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
 
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=args.size).astype(np.float32)
-    ct = rng.normal(size=args.size).astype(np.float32)
-    want_y = np.asarray(forward(x))
-    want_g = np.asarray(jax.vjp(forward, jnp.asarray(x))[1](jnp.asarray(ct))[0])
-
-    servers = []
-    peer_dir = tempfile.TemporaryDirectory(prefix="gradpipe-bench-peer-")
-    try:
-        url, process = start_gradpipe()
-        servers.append(process)
-        few_url, few_process = start_gradpipe("--max-handles", "4")
-        servers.append(few_process)
-        peer_url, peer_process = start_peer(peer_dir.name)
-        servers.append(peer_process)
-        peer2_url, peer2_process = start_peer(peer_dir.name, SAME_MALLOC)
-        servers.append(peer2_process)
-        binary = RemoteComponent(url, encoding="binary")
-        binary_few = RemoteComponent(few_url, encoding="binary")
-        json_ = RemoteComponent(url, encoding="json")
-        headers = {"Content-Type": "application/json", "Accept": "application/json+base64"}
-        peer = httpx.Client(base_url=peer_url, headers=headers, timeout=300)
-        peer2 = httpx.Client(base_url=peer2_url, headers=headers, timeout=300)
-        methods = {
-            "gradpipe binary (msgpack)": lambda: gradpipe_round_trip(binary, x, ct),
-            "gradpipe binary, --max-handles 4": lambda: gradpipe_round_trip(binary_few, x, ct),
-            "gradpipe JSON+base64": lambda: gradpipe_round_trip(json_, x, ct),
-            "peer tesseract-runtime (json+base64)": lambda: peer_round_trip(peer, x, ct),
-            "peer, with gradpipe's malloc settings": lambda: peer_round_trip(peer2, x, ct),
-        }
-        times: dict[str, list[float]] = {name: [] for name in methods}
-        for name, run in methods.items():  # warm up (compilation) and check the answers
-            for _ in range(2):
-                y, g = run()
-            np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5, err_msg=name)
-            np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-5, err_msg=name)
-        for _ in range(args.reps):  # interleaved, so drifts of the machine hit all alike
-            for name, run in methods.items():
-                start = time.perf_counter()
-                run()
-                times[name].append(time.perf_counter() - start)
-
-        local = {"x": x}
-        local_times, forward_times = [], []
-        jitted, xj = jax.jit(forward), jnp.asarray(x)
+    local = {"x": x}
+    local_times, forward_times = [], []
+    jitted, xj = jax.jit(forward), jnp.asarray(x)
+    jax.block_until_ready(jitted(xj))
+    for _ in range(reps):
+        start = time.perf_counter()
+        outs, res = component.apply_keep(local)
+        jax.block_until_ready((outs, component.vjp_from(res, ["x"], ["y"], {"y": ct})))
+        local_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
         jax.block_until_ready(jitted(xj))
-        for _ in range(args.reps):
-            start = time.perf_counter()
-            outs, res = component.apply_keep(local)
-            jax.block_until_ready((outs, component.vjp_from(res, ["x"], ["y"], {"y": ct})))
-            local_times.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            jax.block_until_ready(jitted(xj))
-            forward_times.append(time.perf_counter() - start)
+        forward_times.append(time.perf_counter() - start)
 
-        timings = server_timings(binary, x, ct, args.reps)
+    timings = server_timings(binary, x, ct, reps)
 
-        # value_and_grad through a RemoteComponent: bytes of request bodies sent.
-        def loss(x):
-            return jnp.vdot(binary({"x": x})["y"], jnp.asarray(ct))
+    # value_and_grad through a RemoteComponent: bytes of request bodies sent.
+    def loss(x):
+        return jnp.vdot(binary({"x": x})["y"], jnp.asarray(ct))
 
-        vg = jax.jit(jax.value_and_grad(loss))
-        jax.block_until_ready(vg(xj))  # compiles, and asks /abstract_eval once
-        sent_before, requests_before = binary.client.bytes_sent, binary.client.requests
-        jax.block_until_ready(vg(xj + 1))
-        sent = binary.client.bytes_sent - sent_before
-        requests = binary.client.requests - requests_before
-        vg_times = []
-        for _ in range(args.reps):
-            start = time.perf_counter()
-            jax.block_until_ready(vg(xj))
-            vg_times.append(time.perf_counter() - start)
-        # The tesseract protocol, both ways, against the same peer server.
-        peer_side = peer_client_side(url, peer_url, args.size, args.reps)
-        tess = TesseractRemote(peer_url)
-
-        def tess_loss(x):
-            return jnp.vdot(tess({"x": x})["y"], jnp.asarray(ct))
-
-        tvg = jax.jit(jax.value_and_grad(tess_loss))
-        _, grad = jax.block_until_ready(tvg(xj))
-        np.testing.assert_allclose(grad, want_g, rtol=1e-5, atol=1e-5)
-        tess_before = (tess.client.requests, tess.client.bytes_sent)
-        jax.block_until_ready(tvg(xj + 1))
-        tess_requests = tess.client.requests - tess_before[0]
-        tess_sent = tess.client.bytes_sent - tess_before[1]
-        tess_times = []
-        for _ in range(args.reps):
-            start = time.perf_counter()
-            jax.block_until_ready(tvg(xj))
-            tess_times.append(time.perf_counter() - start)
-        tess.close()
-    finally:
-        for process in servers:
-            process.terminate()
-            process.wait(timeout=30)
-        peer_dir.cleanup()
+    vg = jax.jit(jax.value_and_grad(loss))
+    jax.block_until_ready(vg(xj))  # compiles, and asks /abstract_eval once
+    sent_before, requests_before = binary.client.bytes_sent, binary.client.requests
+    jax.block_until_ready(vg(xj + 1))
+    sent = binary.client.bytes_sent - sent_before
+    requests = binary.client.requests - requests_before
+    vg_times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(vg(xj))
+        vg_times.append(time.perf_counter() - start)
 
     peer_median = statistics.median(times["peer tesseract-runtime (json+base64)"])
-    print(f"\napply + vjp round trip, {args.size:,} float32 on loopback, "
-          f"median of {args.reps} (2 cores)\n")  # fmt: skip
+    print(f"\napply + vjp round trip, {x.size:,} float32 on loopback, "
+          f"median of {reps} (2 cores)\n")  # fmt: skip
     peer_min = min(times["peer tesseract-runtime (json+base64)"])
     print(f"| {'method':<40} | median ms | vs peer | min ms | vs peer |")
     print(f"|{'-' * 42}|-----------|---------|--------|---------|")
@@ -313,37 +281,107 @@ def main() -> None:
           f"= {sent / payload:.3f}x (input + cotangent = {payload:,} bytes), "
           f"median {statistics.median(vg_times) * 1e3:.1f} ms under jit")  # fmt: skip
 
+
+def tesseract_rows(url, idle_url, peer_url, x, ct, want_g, reps) -> None:
+    """The tesseract protocol both ways against the peer's server; printed."""
+    from gradpipe.serve import TesseractRemote
+
     median = statistics.median
-    on_gradpipe = median(peer_side["round_trip"][f"{url}/tesseract"])
-    on_peer = median(peer_side["round_trip"][peer_url])
+    peer_side = peer_client_side([peer_url, f"{url}/tesseract", idle_url], x.size, reps)
+    tess = TesseractRemote(peer_url)
+
+    def tess_loss(x):
+        return jnp.vdot(tess({"x": x})["y"], jnp.asarray(ct))
+
+    xj = jnp.asarray(x)
+    tvg = jax.jit(jax.value_and_grad(tess_loss))
+    _, grad = jax.block_until_ready(tvg(xj))
+    np.testing.assert_allclose(grad, want_g, rtol=1e-5, atol=1e-5)
+    tess_before = (tess.client.requests, tess.client.bytes_sent)
+    jax.block_until_ready(tvg(xj + 1))
+    tess_requests = tess.client.requests - tess_before[0]
+    tess_sent = tess.client.bytes_sent - tess_before[1]
+    tess_times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(tvg(xj))
+        tess_times.append(time.perf_counter() - start)
+    tess.close()
+
+    def ms(kind: str, where: str) -> float:
+        if kind == "round_trip":
+            return median(peer_side[kind][where]) * 1e3
+        return median(parts.get(kind, 0.0) for parts in peer_side["parts"][where]) * 1e3
+
+    gp, peer, idle = f"{url}/tesseract", peer_url, idle_url
     tj = peer_side["tesseract_jax"]
-    print(
-        f"\nthe tesseract protocol, median of {args.reps} (answers agree: "
-        f"{peer_side['answers_agree']}):\n"
-    )
+    print(f"\nthe tesseract protocol, median of {reps} (answers agree: "
+          f"{peer_side['answers_agree']}):\n")  # fmt: skip
     print("| measure | gradpipe | peer | ratio |")
     print("|---|---|---|---|")
-    print(
-        f"| the peer's client (Tesseract.from_url), apply + vjp: gradpipe's /tesseract vs "
-        f"tesseract-runtime | {on_gradpipe * 1e3:.1f} ms | {on_peer * 1e3:.1f} ms | "
-        f"{on_gradpipe / on_peer:.2f}x |"
-    )
-    print(
-        f"| jit(value_and_grad) calling tesseract-runtime: gradpipe TesseractRemote vs "
-        f"tesseract-jax | {median(tess_times) * 1e3:.1f} ms, {tess_requests} requests, "
-        f"{tess_sent:,} bytes | {median(tj['times']) * 1e3:.1f} ms, {tj['requests']} "
-        f"requests, {tj['bytes']:,} bytes | {median(tess_times) / median(tj['times']):.2f}x |"
-    )
+    print(f"| the peer's client (Tesseract.from_url), apply + vjp: gradpipe's /tesseract vs "
+          f"tesseract-runtime | {ms('round_trip', gp):.1f} ms | {ms('round_trip', peer):.1f} ms "
+          f"| {ms('round_trip', gp) / ms('round_trip', peer):.2f}x |")  # fmt: skip
+    print(f"| the same, inside the HTTP requests (the rest is the client's own encoding and "
+          f"decoding) | {ms('http', gp):.1f} ms | {ms('http', peer):.1f} ms "
+          f"| {ms('http', gp) / ms('http', peer):.2f}x |")  # fmt: skip
+    print(f"| jit(value_and_grad) calling tesseract-runtime: gradpipe TesseractRemote vs "
+          f"tesseract-jax | {median(tess_times) * 1e3:.1f} ms, {tess_requests} requests, "
+          f"{tess_sent:,} bytes | {median(tj['times']) * 1e3:.1f} ms, {tj['requests']} "
+          f"requests, {tj['bytes']:,} bytes | {median(tess_times) / median(tj['times']):.2f}x |")  # fmt: skip
+    print(f"\nthe floor, the peer's client against a server that does no work (idle_server.py): "
+          f"round trip {ms('round_trip', idle):.1f} ms = "
+          f"{ms('round_trip', idle) / ms('round_trip', peer):.2f}x the peer's, "
+          f"{ms('http', idle):.1f} ms inside the requests")  # fmt: skip
+    print(f"above the floor: gradpipe {ms('round_trip', gp) - ms('round_trip', idle):.1f} ms, "
+          f"the peer {ms('round_trip', peer) - ms('round_trip', idle):.1f} ms")  # fmt: skip
+    print("gradpipe's Server-Timing, both requests (ms): " + ", ".join(
+        f"{part} {ms(part, gp):.1f}" for part in ("read", "decode", "compute", "encode", "total")))  # fmt: skip
 
 
-def peer_client_side(gradpipe_url: str, peer_url: str, size: int, reps: int) -> dict:
-    """Run `peer_client_bench.py` in the peer's venv: the peer's client against
-    gradpipe's /tesseract and the peer's server, and tesseract-jax against the latter."""
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=1_000_000)
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--tesseract", action="store_true", help="the tesseract rows only")
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=args.size).astype(np.float32)
+    ct = rng.normal(size=args.size).astype(np.float32)
+    want_y = np.asarray(forward(x))
+    want_g = np.asarray(jax.vjp(forward, jnp.asarray(x))[1](jnp.asarray(ct))[0])
+
+    servers = []
+    peer_dir = tempfile.TemporaryDirectory(prefix="gradpipe-bench-peer-")
+    try:
+        url, process = start_gradpipe()
+        servers.append(process)
+        peer_url, peer_process = start_peer(peer_dir.name)
+        servers.append(peer_process)
+        if not args.tesseract:
+            few_url, few_process = start_gradpipe("--max-handles", "4")
+            servers.append(few_process)
+            peer2_url, peer2_process = start_peer(peer_dir.name, SAME_MALLOC)
+            servers.append(peer2_process)
+            classic_rows(url, few_url, [peer_url, peer2_url], x, ct, want_y, want_g, args.reps)
+        idle_url, idle_process = start_idle(f"{url}/tesseract", args.size)
+        servers.append(idle_process)
+        tesseract_rows(url, idle_url, peer_url, x, ct, want_g, args.reps)
+    finally:
+        for process in servers:
+            process.terminate()
+            process.wait(timeout=30)
+        peer_dir.cleanup()
+
+
+def peer_client_side(urls: list[str], size: int, reps: int) -> dict:
+    """Run `peer_client_bench.py` in the peer's venv: the peer's client against each
+    of ``urls`` (interleaved), and tesseract-jax against the first."""
     import json
 
     python = Path(os.environ.get("PEER_PYTHON", ROOT / ".venv-peer/bin/python"))
-    command = [str(python), str(HERE / "peer_client_bench.py"), str(size), str(reps),
-               peer_url, f"{gradpipe_url}/tesseract"]  # fmt: skip
+    command = [str(python), str(HERE / "peer_client_bench.py"), str(size), str(reps), *urls]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -2,6 +2,7 @@
 (``Tesseract.from_url``, tesseract-jax) gets what the component computes in process,
 and bad requests get the peer's kind of error (4xx, ``{"detail": ...}``), never 5xx."""
 
+import base64
 import json
 
 import httpx
@@ -182,6 +183,31 @@ def test_other_errors_get_the_peers_status_and_detail(url):
     response = post("vector_jacobian_product", content=json.dumps(vjp).encode())
     assert response.status_code == 422 and response.json()["detail"][0]["loc"][:2] == [
         "body", "vjp_inputs"]  # fmt: skip
+
+
+def test_long_base64_strings_anywhere_in_a_body_are_read_as_json_reads_them(url):
+    """Long base64 buffers skip the JSON parser; one that is not an array's (or not
+    strict base64, or of the wrong size) still gets the same answer as any other."""
+    post = lambda path, body: httpx.post(f"{url}/{path}", content=json.dumps(body).encode())
+    text = base64.b64encode(np.arange(2048, dtype=np.float32).tobytes()).decode()
+    loose = {"buffer": text, "encoding": "base64"}
+    response = post("apply", {**GOOD, "extra": loose})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["input"] == loose  # echoed as the text it was
+    vjp = {**GOOD, "vjp_inputs": [loose], "vjp_outputs": ["y"], "cotangent_vector": {"y": [1, 1]}}
+    response = post("vector_jacobian_product", vjp)
+    assert response.status_code == 422 and response.json()["detail"][0]["input"] == loose
+    for buffer, needs in ((text, "needs 8 bytes"), (text[:-4] + "AA=A", "base64 encoding")):
+        array = {**ARRAY, "data": {"buffer": buffer, "encoding": "base64"}}
+        response = post("apply", {"inputs": {**GOOD["inputs"], "x": array}})
+        assert response.status_code == 422 and needs in response.json()["detail"][0]["msg"]
+    array = {"shape": [2048], "dtype": "float32", "data": loose}
+    x = np.arange(2048, dtype=np.float32)
+    response = post("apply", {"inputs": {**GOOD["inputs"], "x": array, "p": {"a": x.tolist()}}})
+    assert response.status_code == 200, response.text
+    want = forward({**INPUTS, "x": x, "w": 1.0, "p": {"a": x}, "n": 0})["y"]
+    got = np.frombuffer(base64.b64decode(response.json()["y"]["data"]["buffer"]), np.float32)
+    close(got, want)
 
 
 def test_the_token_and_the_counters_are_the_servers():

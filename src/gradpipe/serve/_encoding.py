@@ -22,7 +22,6 @@ path of the offending value.
 
 from __future__ import annotations
 
-import binascii
 import json
 import math
 import secrets
@@ -33,6 +32,9 @@ import numpy as np
 
 from gradpipe.component._casting import cast_numbers
 
+from ._base64 import b64decode, b64encode
+from ._json_body import Base64Text
+from ._json_body import loads as load_json
 from ._msgpack import pack_pieces, unpack
 
 __all__ = [
@@ -167,7 +169,7 @@ def encode_pieces(document: Any, content_type: str) -> list[bytes | memoryview]:
     pieces = []
     for i, raw in enumerate(buffers[1:], start=1):
         before, text = text.split(f'"{buffers[0]}-{i}"'.encode(), 1)
-        pieces += [before, b'"', binascii.b2a_base64(raw, newline=False), b'"']
+        pieces += [before, b'"', b64encode(raw), b'"']
     pieces.append(text)
     return pieces
 
@@ -216,10 +218,12 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
         if list(array.shape) != shape:
             raise PayloadError(f"the json buffer has shape {list(array.shape)}, not {shape}.", path)
         return array
-    if encoding == "base64" and isinstance(buffer, str):
+    if isinstance(buffer, Base64Text) and encoding == "base64":
+        raw = buffer.raw
+    elif encoding == "base64" and isinstance(buffer, str):
         try:
-            raw = binascii.a2b_base64(buffer, strict_mode=True)
-        except (binascii.Error, ValueError):
+            raw = b64decode(buffer)
+        except ValueError:
             raise PayloadError("the buffer is not valid base64.", path) from None
     elif encoding == "raw" and isinstance(buffer, bytes | memoryview):
         raw = buffer
@@ -310,7 +314,7 @@ def decode(body: bytes, content_type: str) -> Any:
             raise PayloadError(f"the msgpack body is malformed or truncated ({exc}).") from None
     else:
         try:
-            document = json.loads(body)
+            document = load_json(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise PayloadError(f"the JSON body is malformed or truncated ({exc}).") from None
         except RecursionError:

@@ -39,12 +39,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import jax
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from ._errors import HTTPError
+from ._json_body import loads as load_json
+from ._json_body import with_text
 from ._tesseract_schema import tesseract_openapi
 from ._tesseract_wire import FileWriter, WireError, decode_arrays, encode_arrays, to_gradpipe_path
 
@@ -78,7 +81,7 @@ class _Invalid(Exception):
     """A 422 in the peer's shape: a list of ``{"type", "loc", "msg", "input"}``."""
 
     def __init__(self, kind: str, loc: list[Any], message: str, value: Any = None):
-        self.detail = [{"type": kind, "loc": loc, "msg": message, "input": value}]
+        self.detail = [{"type": kind, "loc": loc, "msg": message, "input": with_text(value)}]
 
 
 def _detail(status: int, detail: Any, headers: dict | None = None) -> JSONResponse:
@@ -158,7 +161,8 @@ class _TesseractAPI:
                 start = time.perf_counter()
                 body = await self.server._read_body(request)
                 received = len(body)
-                content = await run_in_threadpool(self._process, name, body, output, run_id)
+                read = time.perf_counter() - start
+                content, timing = await run_in_threadpool(self._process, name, body, output, run_id)
             except _Invalid as exc:
                 self.server._count(f"tesseract/{name}:422", received)
                 return _detail(422, exc.detail)
@@ -174,15 +178,23 @@ class _TesseractAPI:
                 headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
                 return _detail(exc.status, detail, headers)
             self.server._count(f"tesseract/{name}", received, len(content))
-            timing = f"total;dur={(time.perf_counter() - start) * 1e3:.2f}"
+            timing = {"read": read, **timing, "total": time.perf_counter() - start}
+            server_timing = ", ".join(f"{k};dur={v * 1e3:.2f}" for k, v in timing.items())
             return Response(content, media_type=f"application/{output}",
-                            headers={"Server-Timing": timing})  # fmt: skip
+                            headers={"Server-Timing": server_timing})  # fmt: skip
 
         return Route(f"/{name}", handle, methods=_METHODS)
 
-    def _process(self, name: str, body: bytes, output: str, run_id: str) -> bytes:
+    def _process(
+        self, name: str, body: bytes, output: str, run_id: str
+    ) -> tuple[bytes, dict[str, float]]:
+        """The response body of one request, and the seconds its decoding, computing
+        and encoding took."""
+        t0 = time.perf_counter()
         try:
-            document = json.loads(body)
+            # Array buffers stay bytes (Base64Buffer): every value of the body goes
+            # through decode_arrays or, in an error, with_text.
+            document = load_json(body, as_text=False)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             where = getattr(exc, "pos", getattr(exc, "start", 0))
             raise _Invalid("json_invalid", ["body", where], "JSON decode error",
@@ -222,15 +234,19 @@ class _TesseractAPI:
                 }  # fmt: skip
         except WireError as exc:
             raise _Invalid(exc.kind, exc.loc, exc.message, exc.value) from None
-        result = self._compute(name, inputs, lists, vectors, names)
+        t1 = time.perf_counter()
+        result = jax.block_until_ready(self._compute(name, inputs, lists, vectors, names))
+        t2 = time.perf_counter()
         writer = FileWriter(self.files, run_id) if output == "json+binref" else None
         try:
-            return encode_arrays(result, _FORMATS[output], writer)
+            content = encode_arrays(result, _FORMATS[output], writer)
         except (TypeError, ValueError) as exc:
             raise HTTPError(422, "unencodable_output", f"an output cannot be sent: {exc}") from None
         finally:
             if writer is not None:
                 writer.close()
+        timing = {"decode": t1 - t0, "compute": t2 - t1, "encode": time.perf_counter() - t2}
+        return content, timing
 
     def _path(self, path: Any, loc: list[Any], names: dict[str, str]) -> str:
         if not isinstance(path, str):

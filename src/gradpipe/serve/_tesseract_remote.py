@@ -28,13 +28,14 @@ from typing import Any
 import httpx
 
 from ._client import RemoteError, _raw_transport
+from ._json_body import loads as load_json
 from ._remote import RemoteComponent, _bounded_put
 from ._tesseract_schema import read_tesseract_openapi
 from ._tesseract_wire import (
     FileWriter,
     WireError,
     decode_arrays,
-    encode_arrays,
+    encode_pieces,
     to_tesseract_path,
 )
 from ._tesseract_wire import to_gradpipe_path as _to_gradpipe
@@ -74,7 +75,7 @@ class _TesseractClient:
     def post(self, endpoint: str, document: dict[str, Any]) -> Any:
         writer = None if self.files is None else FileWriter(self.files, f"in-{uuid.uuid4()}")
         try:
-            body = encode_arrays(document, "binref" if writer else "base64", writer)
+            body = encode_pieces(document, "binref" if writer else "base64", writer)
         finally:
             if writer is not None:
                 writer.close()
@@ -86,20 +87,20 @@ class _TesseractClient:
                 with contextlib.suppress(OSError):
                     writer.path.parent.rmdir()
 
-    def _send(self, endpoint: str, body: bytes) -> Any:
+    def _send(self, endpoint: str, body: list[bytes]) -> Any:
         with self._lock:
             self.requests += 1
-            self.bytes_sent += len(body)
+            self.bytes_sent += sum(map(len, body))
         if self._raw is not None:
-            answer = self._raw.post(f"/{endpoint}", [body])
+            answer = self._raw.post(f"/{endpoint}", body)
             status, content = answer.status, answer.content
         else:
-            response = self._http.post(f"/{endpoint}", content=body)
+            response = self._http.post(f"/{endpoint}", content=b"".join(body))
             status, content = response.status_code, response.content
         if status != 200:
             raise _error(status, content, endpoint)
         try:
-            return decode_arrays(json.loads(content), [], self.files)
+            return decode_arrays(load_json(content, as_text=False), [], self.files)
         except (ValueError, WireError) as exc:
             raise RemoteError(200, "bad_answer", f"/{endpoint} answered {exc}", None) from None
 

@@ -17,7 +17,6 @@ the peer does, with 422 and ``{"detail": [{"type", "loc", "msg", "input"}]}``.
 
 from __future__ import annotations
 
-import binascii
 import json
 import math
 import os
@@ -31,13 +30,16 @@ import numpy as np
 
 from gradpipe.component._paths import join_index, join_key, join_name
 
+from ._base64 import b64decode, b64encode
 from ._encoding import FLOAT0
+from ._json_body import Base64Buffer, Base64Text
 
 __all__ = [
     "PEER_DTYPES",
     "WireError",
     "decode_arrays",
     "encode_arrays",
+    "encode_pieces",
     "to_gradpipe_path",
     "to_tesseract_path",
 ]
@@ -121,10 +123,14 @@ def _decode_array(node: dict, loc: list[Any], files: Path | None) -> np.ndarray:
                 [*loc, "data"],
                 f"Failed to decode array buffer (json encoding): {exc}",
             ) from None
-    if encoding == "base64" and isinstance(buffer, str):
+    if isinstance(buffer, Base64Buffer) and encoding != "base64":
+        buffer = buffer.text()
+    if isinstance(buffer, Base64Text | Base64Buffer) and encoding == "base64":
+        raw: bytes | memoryview = buffer.raw
+    elif encoding == "base64" and isinstance(buffer, str):
         try:
-            raw: bytes | memoryview = binascii.a2b_base64(buffer, strict_mode=True)
-        except (binascii.Error, ValueError) as exc:
+            raw = b64decode(buffer)
+        except ValueError as exc:
             raise WireError(
                 "array_decode_error",
                 [*loc, "data"],
@@ -143,7 +149,9 @@ def _decode_array(node: dict, loc: list[Any], files: Path | None) -> np.ndarray:
         raise WireError("array_decode_error", [*loc, "data"],
                         f"shape {shape} of {dtype_name} needs {expected} bytes; the buffer "
                         f"holds {len(raw)}")  # fmt: skip
-    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(shape).astype(dtype)
+    return (
+        np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(shape).astype(dtype, copy=False)
+    )
 
 
 def _read_binref(buffer: str, nbytes: int, loc: list[Any], files: Path | None) -> bytes:
@@ -174,7 +182,10 @@ def _read_binref(buffer: str, nbytes: int, loc: list[Any], files: Path | None) -
 
 
 def decode_arrays(node: Any, loc: list[Any], files: Path | None = None) -> Any:
-    """``node`` with every encoded array replaced by a NumPy array."""
+    """``node`` with every encoded array replaced by a NumPy array (and any
+    `Base64Buffer` that is not an array's by its string)."""
+    if isinstance(node, Base64Buffer):
+        return node.text()
     if isinstance(node, dict):
         if _is_encoded_array(node):
             return _decode_array(node, loc, files)
@@ -238,6 +249,12 @@ def _is_array(value: Any) -> bool:
 
 def encode_arrays(document: Any, encoding: str, writer: FileWriter | None = None) -> bytes:
     """``document`` as JSON, its arrays in ``encoding`` (``json``/``base64``/``binref``)."""
+    return b"".join(encode_pieces(document, encoding, writer))
+
+
+def encode_pieces(document: Any, encoding: str, writer: FileWriter | None = None) -> list[bytes]:
+    """`encode_arrays` as the pieces whose concatenation it is (each base64 text one
+    piece), for a vectored send that copies none of them into one body."""
     buffers: list = [f"gp-{uuid.uuid4().hex}"]
 
     def wire(node: Any) -> Any:
@@ -249,15 +266,13 @@ def encode_arrays(document: Any, encoding: str, writer: FileWriter | None = None
             return _encode_array(node, encoding, buffers, writer)
         return node
 
-    text = json.dumps(wire(document), allow_nan=True).encode()
-    if len(buffers) == 1:
-        return text
+    text = json.dumps(wire(document), allow_nan=True, separators=(",", ":")).encode()
     pieces = []
     for i, raw in enumerate(buffers[1:], start=1):
         before, text = text.split(f'"{buffers[0]}-{i}"'.encode(), 1)
-        pieces += [before, b'"', binascii.b2a_base64(raw, newline=False), b'"']
+        pieces += [before, b'"', b64encode(raw), b'"']
     pieces.append(text)
-    return b"".join(pieces)
+    return pieces
 
 
 # -- paths ------------------------------------------------------------------------
