@@ -3,8 +3,52 @@
 import pathlib
 import sys
 
+import pytest
+
+#: Per documentation page: its code blocks run, shown only and not run
+#: (tests/docs/test_snippets.py hands each page's tally to its test report).
+SNIPPET_TALLY = pytest.StashKey[dict]()
+_session = {}
+
+
+def pytest_configure(config) -> None:
+    _session["config"] = config
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Collect the snippet tallies on the process that writes the summary (under
+    pytest-xdist the tests run in workers; their reports come here)."""
+    if report.when != "teardown":
+        return
+    for name, value in report.user_properties:
+        if name == "snippet_tally":
+            _session["config"].stash.setdefault(SNIPPET_TALLY, {}).update(value)
+
 
 def pytest_terminal_summary(terminalreporter):
+    _snippet_summary(terminalreporter)
+    _gradient_table_summary(terminalreporter)
+
+
+def _snippet_summary(terminalreporter) -> None:
+    tally = terminalreporter.config.stash.get(SNIPPET_TALLY, {})
+    if not tally:
+        return
+    ran = sum(t["ran"] for t in tally.values())
+    skipped = sum(t["not_run"] for t in tally.values())
+    output = sum(t["output"] for t in tally.values())
+    terminalreporter.write_sep("-", "documentation snippets")
+    for page, t in sorted(tally.items()):
+        terminalreporter.write_line(
+            f"{page}: {t['ran']} blocks run, {t['output']} output, {t['not_run']} not run"
+        )
+    terminalreporter.write_line(
+        f"snippets: {ran} code blocks run on {len(tally)} pages "
+        f"({output} output blocks shown only, {skipped} marked not run)"
+    )
+
+
+def _gradient_table_summary(terminalreporter) -> None:
     """After a run that included the out-of-core tests, say how much of the namespace
     the gradient table covers (tests/ooc/test_grad_coverage.py checks it is all)."""
     ooc_tests = pathlib.Path(__file__).parent / "ooc"
