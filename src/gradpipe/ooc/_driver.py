@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _stages, _tile_reads
+from . import _stages
 from ._allocator import use_mmap_for_tiles
 from ._budget import MemoryBudget, default_page_shape
 from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor, too_deep
 from ._executor import current_executor
 from ._storage import PagedFile, Region
 from ._tile_plan import first_tile, passes, stage_of, tile_plan
-from ._tile_reads import prefetched, take
+from ._tile_reads import plan_steps, prefetched, take, tile_count
 
 __all__ = ["Driver", "Store", "set_progress"]
 
@@ -156,10 +156,7 @@ class Driver:
                 return plan
             reads = passes(op, inputs, plan)
             if g is not None:
-                red_steps = math.prod(
-                    -(-max(n, 1) // t) for n, t in zip(plan[1], plan[2][len(plan[0]) :])
-                )
-                reads.append(float(red_steps))
+                reads.append(float(tile_count(plan[1], plan[2][len(plan[0]) :])))
             to_store = [v for i, v in chains if v.should_store(reads[i])]
             if not to_store:
                 for i, v in chains:
@@ -167,11 +164,6 @@ class Driver:
                 return plan
             for v in to_store:
                 v.store(self)
-
-    def _steps(self, op, shapes, out_shape, red_shape, tile):
-        n_out = len(out_shape)
-        outs = _tile_reads.regions(out_shape, tile[:n_out])
-        return _tile_reads.steps(op, shapes, outs, red_shape, tile[n_out:])
 
     def _bar(self, total: int, phase: str):
         if not _progress[0] or total < 2:
@@ -249,11 +241,11 @@ class Driver:
             if executor is not None:
                 acc = executor.forward(self, op, inputs, plan, dtype, out)
             else:
-                total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
+                total = tile_count(out_shape + red_shape, tile)
                 acc = self.forward_steps(
                     op,
                     inputs,
-                    self._steps(op, shapes, out_shape, red_shape, tile),
+                    plan_steps(op, shapes, plan),
                     out,
                     dtype,
                     total,
@@ -352,8 +344,8 @@ class Driver:
             if executor is not None:
                 grads = executor.backward(self, op, inputs, extra, plan, grads)
             else:
-                total = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
-                step_iter = self._steps(op, shapes, out_shape, red_shape, tile)
+                total = tile_count(out_shape + red_shape, tile)
+                step_iter = plan_steps(op, shapes, plan)
                 self.backward_steps(op, inputs, extra, step_iter, grads, total=total)
         except BaseException:
             for gr in grads:

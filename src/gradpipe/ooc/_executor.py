@@ -251,14 +251,14 @@ class DaskExecutor:
 
     def forward(self, driver, op, inputs, plan, dtype, out):
         """Run a forward pass; returns its 0-d result (``out`` None) or None."""
-        from ._tile_reads import regions
+        from ._tile_reads import regions, tile_count
 
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
         n_out = len(out_shape)
         red_tile = tile[n_out:]
         outs = list(regions(out_shape, tile[:n_out]))
-        n_red = len(list(regions(red_shape, red_tile)))
+        n_red = tile_count(red_shape, red_tile)
         wanted = self._threads() * self.tasks_per_thread
         split_red = len(outs) < wanted and n_red > 1 and getattr(op, "forward_into", None) is None
         if split_red:

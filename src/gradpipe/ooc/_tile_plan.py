@@ -50,7 +50,7 @@ def passes(op, inputs, plan) -> list[float]:
     out_shape, red_shape, tile = plan
     shapes = [tuple(v.shape) for v in inputs]
     regions = op.index_map(*first_tile(out_shape, red_shape, tile), *shapes)
-    steps = math.prod(-(-max(n, 1) // t) for n, t in zip(out_shape + red_shape, tile))
+    steps = _tile_reads.tile_count(out_shape + red_shape, tile)
     return [
         steps * _nbytes(r, 1) / max(math.prod(s), 1) if s else 0.0 for r, s in zip(regions, shapes)
     ]
@@ -110,7 +110,7 @@ def tile_plan(op, inputs, phase: str, g, budget, name: str):
                 for x, p, n in zip(r[1:], page[1:], shape[1:])
             ]
             read += math.prod(ext) * s
-        steps = math.prod(-(-max(n, 1) // t) for n, t in zip(loop, tile))
+        steps = _tile_reads.tile_count(loop, tile)
         # each step also updates the output tile (accumulate or write)
         return steps * (read + _nbytes(out_r, out_item) + 4 * 2**20)
 
@@ -134,18 +134,12 @@ def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None):
     the bytes its plan will read from disk (chains: their stored inputs)."""
     if not _stages.recording_active():
         return contextlib.nullcontext()
-    out_shape, red_shape, tile = plan
+    tile = plan[2]
     shapes = [tuple(v.shape) for v in inputs]
     sources = [*inputs, g] if g is not None else list(inputs)
     per_element = [_disk_bytes(v) for v in sources]
     read, steps = 0, 0
-    for out_r, _, _, regions in _tile_reads.steps(
-        op,
-        shapes,
-        _tile_reads.regions(out_shape, tile[: len(out_shape)]),
-        red_shape,
-        tile[len(out_shape) :],
-    ):
+    for out_r, _, _, regions in _tile_reads.plan_steps(op, shapes, plan):
         steps += 1
         if g is not None:
             regions = (*regions, out_r if g.shape else None)

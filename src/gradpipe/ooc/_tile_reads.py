@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,7 @@ import numpy as np
 from ._chain import is_chain
 from ._storage import PagedFile, Region
 
-__all__ = ["ahead_for", "prefetched", "regions", "steps", "take"]
+__all__ = ["ahead_for", "plan_steps", "prefetched", "regions", "steps", "take", "tile_count"]
 
 
 def regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
@@ -27,6 +28,18 @@ def regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
     ranges = [range(0, max(n, 1), max(t, 1)) for n, t in zip(shape, tile)]
     for starts in itertools.product(*ranges):
         yield tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
+
+
+def tile_count(shape: Sequence[int], tile: Sequence[int]) -> int:
+    """How many tiles `regions` gives (an empty axis counts one)."""
+    return math.prod(-(-max(n, 1) // max(t, 1)) for n, t in zip(shape, tile))
+
+
+def plan_steps(op, shapes, plan):
+    """Every step of a pass planned as ``(out_shape, red_shape, tile)`` (`steps`)."""
+    out_shape, red_shape, tile = plan
+    n_out = len(out_shape)
+    return steps(op, shapes, regions(out_shape, tile[:n_out]), red_shape, tile[n_out:])
 
 
 def steps(op, shapes, out_regions, red_shape, red_tile, first_red: int = 0, end_red=None):
