@@ -58,7 +58,7 @@ class Evaluation:
         self._prefetch(top, region, set())
 
     def _prefetch(self, src, region, seen) -> None:
-        if isinstance(src, np.ndarray):
+        if isinstance(src, np.ndarray) or _is_empty(region):
             return
         if isinstance(src, ChainFile) and src.stored is None and src.node is not None:
             node = src.node
@@ -85,6 +85,12 @@ class Evaluation:
     def block(self, src, region):
         if isinstance(src, np.ndarray):  # a 0-d value
             return src
+        if _is_empty(region):
+            # an empty box (a concatenation's input outside the tile) is read by
+            # nobody: computing it would ask each node's index map to keep
+            # emptiness, which one of size-1 axes cannot (an empty unit axis maps
+            # to no input axis)
+            return np.empty(tuple(max(0, s.stop - s.start) for s in region), src.dtype)
         if isinstance(src, ChainFile):
             node = src.node
             if src.stored is not None or node is None:
@@ -113,6 +119,10 @@ class Evaluation:
                     tuple(slice(a.start - o.start, a.stop - o.start) for a, o in zip(region, r))
                 ]
         return f.read(region)
+
+
+def _is_empty(region) -> bool:
+    return region is not None and any(s.stop <= s.start for s in region)
 
 
 def _contains(outer: Region, inner: Region) -> bool:
