@@ -365,19 +365,19 @@ def layout(draw, env):
 def _reshape_target(draw, shape):
     how = draw(st.sampled_from(["flatten", "merge", "split", "insert one"]))
     size = math.prod(shape)
-    if how == "flatten" or len(shape) < 2 and how == "merge":
+    if how == "flatten" or (len(shape) < 2 and how == "merge"):
         return (size,)
     if how == "merge":
         a = draw(st.integers(0, len(shape) - 2))
-        return shape[:a] + (shape[a] * shape[a + 1],) + shape[a + 2 :]
+        return (*shape[:a], shape[a] * shape[a + 1], *shape[a + 2 :])
     if how == "split":
         a = draw(st.integers(0, len(shape) - 1))
         d = shape[a]
         factors = [f for f in range(1, d + 1) if d % f == 0] if d else [1]
         f = draw(st.sampled_from(factors))
-        return shape[:a] + (f, d // f if f else 0) + shape[a + 1 :]
+        return (*shape[:a], f, d // f if f else 0, *shape[a + 1 :])
     a = draw(st.integers(0, len(shape)))
-    return shape[:a] + (1,) + shape[a:]
+    return (*shape[:a], 1, *shape[a:])
 
 
 def slicing(draw, env):
@@ -438,7 +438,7 @@ def indexing(draw, env):
             lambda xp, x: x[key],
         )
     seed = draw(st.integers(0, 2**16))
-    shape = v.shape[:axis] + (draw(st.integers(0, 4)),) + v.shape[axis + 1 :]
+    shape = (*v.shape[:axis], draw(st.integers(0, 4)), *v.shape[axis + 1 :])
     along = np.random.default_rng(seed).integers(0, n, shape)
     return Step(
         f"xp.take_along_axis({{0}}, indices{shape}, axis={axis})",
@@ -539,7 +539,8 @@ def cumulative(draw, env):
     initial = draw(st.booleans())
     if _is_float(v) and draw(st.booleans()):
         return Step(
-            f"xp.cumulative_prod(1.0 + 0.1 * xp.tanh({{0}}), axis={axis}, include_initial={initial})",
+            "xp.cumulative_prod(1.0 + 0.1 * xp.tanh({0}), "
+            + f"axis={axis}, include_initial={initial})",
             (i,),
             lambda xp, x: xp.cumulative_prod(
                 1.0 + 0.1 * xp.tanh(x), axis=axis, include_initial=initial
@@ -860,7 +861,7 @@ def compare(
         want_grad = jax.value_and_grad(reference, argnums=floats)(*arrays) if floats else None
         with ooc.MemoryBudget(budget):
             disk = [ooc.DiskArray.from_numpy(a) for a in arrays]
-            values = lambda *xs: run(ooc, *xs)  # noqa: E731
+            values = lambda *xs: run(ooc, *xs)
             got = (jax.jit(values) if jit_values else values)(*disk)
             for name, g, w in zip(names, got, want):
                 _close(g, w, f"output {name}", precision)

@@ -4,7 +4,6 @@ gradpipe.ooc and on jax.numpy and compared (values, dtypes, gradients)."""
 
 import numpy as np
 import pytest
-
 from programs import compare
 
 MODES = [(False, False), (True, True)]

@@ -12,7 +12,6 @@ import os
 import pytest
 from hypothesis import HealthCheck, note, seed, settings
 from hypothesis import strategies as st
-
 from programs import check, programs
 
 SHARDS = 8
