@@ -270,3 +270,78 @@ def test_a_namedtuple_output_does_not_share_memory_with_the_input():
     np.testing.assert_array_equal(hit.left, np.arange(4.0))
     np.testing.assert_array_equal(hit.right, np.arange(1.0, 4.0))
     assert first.left is not x
+
+
+# -- parameters changed in place anywhere in the cached pipeline ---------------------
+
+
+class Scale(Operator):
+    def __init__(self, factor: float):
+        self.factor = factor
+
+    def _apply(self, x):
+        return self.factor * x
+
+
+def _beside_a_lambda(scale):
+    return scale | Lambda(lambda y: y + 0.0)
+
+
+def _in_a_fanout_beside_a_lambda(scale):
+    return gp.Fanout({"scaled": Lambda(abs) | scale, "raw": Lambda(abs)}) | Lambda(
+        lambda parts: parts["scaled"]
+    )
+
+
+def _in_a_graph_beside_a_lambda(scale):
+    x = gp.Input("x")
+    return gp.Graph(inputs=[x], outputs=Lambda(lambda y: y + 0.0)(scale(x)))
+
+
+def _inside_a_profiled_step(scale):
+    return gp.Profile().wrap(Lambda(abs) | scale)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        _beside_a_lambda,
+        _in_a_fanout_beside_a_lambda,
+        _in_a_graph_beside_a_lambda,
+        _inside_a_profiled_step,
+    ],
+)
+def test_a_parameter_changed_in_place_is_seen_beside_unsaveable_steps(build):
+    scale = Scale(2.0)
+    pipeline = build(scale)
+    cached = Cache(pipeline)
+    assert cached(3.0) == 6.0
+    scale.factor = 3.0
+    assert pipeline(3.0) == 9.0
+    assert cached(3.0) == 9.0
+    scale.factor = 2.0  # back to the first configuration: its entry is still good
+    assert cached(3.0) == 6.0
+    assert cached.info()["hits"] == 1
+
+
+def test_a_step_replaced_in_a_pipeline_is_seen():
+    pipeline = Scale(2.0) | Lambda(lambda y: y + 1.0)
+    cached = Cache(pipeline)
+    assert cached(3.0) == 7.0
+    pipeline.operators[1] = Lambda(lambda y: y - 1.0)
+    assert cached(3.0) == 5.0
+
+
+def test_an_array_parameter_written_in_place_is_seen():
+    class Weighted(Operator):
+        def __init__(self, weights: np.ndarray):
+            self.weights = weights
+
+        def _apply(self, x):
+            return float(self.weights @ x)
+
+    step = Weighted(np.array([1.0, 1.0]))
+    cached = Cache(step)
+    assert cached(np.ones(2)) == 2.0
+    step.weights[0] = 10.0
+    assert cached(np.ones(2)) == 11.0

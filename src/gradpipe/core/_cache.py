@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._config import ConfigError, state_to_json
+from ._config import ConfigError
 from ._keys import UnkeyableError, content_key
 from ._operator import Operator
 from ._tracing import refuse_tracer
@@ -65,18 +65,87 @@ class _Same:
         return id(self.obj)
 
 
+def _operator_key(op: Operator, _path: tuple[int, ...] = ()) -> tuple:
+    """A key for ``op`` and every operator it holds: equal only while none changed.
+
+    Each operator is keyed by identity (the key holds it, so its id cannot be reused
+    while the key lives) and by the content of its configuration, field by field:
+    numbers, strings, arrays (by their bytes) and containers of them by content,
+    nested operators by this same key, anything else (a function) by identity. So
+    a parameter changed in place anywhere in a pipeline changes the key, also beside
+    or inside a step that cannot be saved. Keying the whole pipeline by its saved
+    state instead lost every parameter as soon as one step had no state: with
+    ``Scale(2.0) | Lambda(f)``, setting ``factor = 3.0`` kept serving the old
+    results. Identity is needed too: a JAX operator's configuration records its
+    arrays only by shape and dtype, so a retrained one put in the old one's place
+    would otherwise share its key.
+
+    An operator whose configuration cannot be read (a `Lambda`, a profiled or
+    snapshot step) is keyed by identity and by the operators it holds; what else
+    it holds (a function, what that function closes over) is not seen.
+    """
+    if id(op) in _path:  # an operator that holds itself: its identity is its key
+        return ("cycle", _Same(op))
+    path = (*_path, id(op))
+    try:
+        config = op.get_config()
+    except ConfigError:
+        held = {
+            name: _operators_in(value, path) for name, value in getattr(op, "__dict__", {}).items()
+        }
+        return (_Same(op), "held", tuple((name, key) for name, key in held.items() if key))
+    return (_Same(op), "config", tuple((name, _config_key(v, path)) for name, v in config.items()))
+
+
+def _config_key(value: Any, path: tuple[int, ...]) -> Any:
+    if isinstance(value, Operator):
+        return _operator_key(value, path)
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return (kind.__name__, tuple(_config_key(v, path) for v in value))
+    if kind is dict:
+        return (
+            "dict",
+            tuple((_config_key(k, path), _config_key(v, path)) for k, v in value.items()),
+        )
+    try:
+        return content_key(value)
+    except UnkeyableError:
+        return _Same(value)  # a function, an arbitrary object: only by identity
+
+
+def _operators_in(value: Any, path: tuple[int, ...]) -> tuple:
+    """The keys of the operators in ``value``, through tuples, lists and dict values."""
+    if isinstance(value, Operator):
+        return (_operator_key(value, path),)
+    if type(value) in (tuple, list):
+        return tuple(key for v in value for key in _operators_in(v, path))
+    if type(value) is dict:
+        return tuple(key for v in value.values() for key in _operators_in(v, path))
+    return ()
+
+
 class Cache(Operator):
     """Runs ``inner`` once per distinct input and returns the stored result after.
 
     The key is the content of the whole input (every positional and keyword
     argument, arrays anywhere in nested tuples, lists and dicts by dtype, shape and
     bytes; scalars with their type; dict keys and structure; see `content_key`)
-    together with the inner operator (by identity) and its configuration. The cache
-    is bounded (least recently used entries are dropped first), thread-safe, and
-    counts hits and misses. It keeps its own read-only copy of the NumPy arrays in
-    an output and returns fresh tuples, lists and dicts on every call, so writing
-    into an input or appending to a result never changes what a later hit returns;
-    writing into a returned array raises.
+    together with the inner operator and every step it holds, at any depth, each by
+    identity and by its parameters. So a parameter changed in place
+    (``pipeline[0].factor = 3.0``, ``step.weights[0] = 1.0``) or a step replaced is
+    a new key, also beside or inside steps that cannot be saved.
+
+    Not seen, so call `clear` after changing them: what a `Lambda`'s function (or
+    any function parameter) reads from its closure or from globals, and an object
+    parameter other than a number, string, array, operator or a tuple, list or dict
+    of them that is changed in place (it is compared by identity).
+
+    The cache is bounded (least recently used entries are dropped first),
+    thread-safe, and counts hits and misses. It keeps its own read-only copy of the
+    NumPy arrays in an output and returns fresh tuples, lists and dicts on every
+    call, so writing into an input or appending to a result never changes what a
+    later hit returns; writing into a returned array raises.
 
     Under ``jax.jit``/``vmap``/``grad`` it raises `TypeError`: a tracer has no value
     to key. JAX's compilation cache already reuses the compiled function; apply
@@ -100,22 +169,6 @@ class Cache(Operator):
         self._entries: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _inner_key(self) -> tuple:
-        """The inner operator itself and, when it can be saved, its configuration.
-
-        The configuration makes a parameter changed in place a new key. It is not
-        enough alone: a JAX operator's configuration records its arrays only by
-        shape and dtype, so a retrained operator put in place of the old one would
-        hit the old one's entries. The operator is compared by identity and held by
-        the key, so its id cannot be reused by another object while an entry lives.
-        """
-        try:
-            # Unsorted: an operator may read a configuration dict in order.
-            config = state_to_json(self.inner.state)
-        except ConfigError:
-            config = None  # an unsaveable inner operator (a Lambda): identity alone
-        return (_Same(self.inner), config)
-
     def _apply(self, *args: Any, **kwargs: Any) -> Any:
         refuse_tracer(
             "Cache",
@@ -125,7 +178,7 @@ class Cache(Operator):
             **kwargs,
         )
         try:
-            key = (self._inner_key(), content_key(args), content_key(kwargs))
+            key = (_operator_key(self.inner), content_key(args), content_key(kwargs))
         except UnkeyableError as error:
             raise TypeError(f"Cache cannot key this input: {error}") from None
         with self._lock:
