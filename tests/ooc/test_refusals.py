@@ -36,14 +36,66 @@ CASES = {
     "jacrev": (lambda X: jax.jacrev(lambda s: ooc.sum(X * s))(1.0), "use jax.grad"),
     "pmap": (lambda X: jax.pmap(lambda s: ooc.sum(X * s))(np.ones(1)), "outside jax.pmap"),
 }
-NAMES = {"jvp of a DiskArray": "jvp", "remat": "checkpoint", "vmap over a DiskArray": "vmap"}
+
+
+# the same transformations with the DiskArray as the argument (JAX then asks its type
+# for a sharding to build the basis of jacfwd/jacrev, and shard_map for its specs)
+def _square_sum(x):
+    return ooc.sum(x * x)
+
+
+def _shard_map(f):
+    spec = jax.sharding.PartitionSpec()
+    return jax.shard_map(f, mesh=jax.make_mesh((1,), ("i",)), in_specs=spec, out_specs=spec)
+
+
+CASES |= {
+    "jacfwd of a DiskArray": (lambda X: jax.jacfwd(_square_sum)(X), "jax.jacrev"),
+    "jacfwd of a DiskArray under jit": (lambda X: jax.jit(jax.jacfwd(_square_sum))(X), "jacrev"),
+    "jacrev of a DiskArray": (lambda X: jax.jacrev(_square_sum)(X), "use jax.grad"),
+    "jacrev of a DiskArray result": (lambda X: jax.jacrev(lambda x: x * 2.0)(X), "jax.vjp"),
+    "hessian of a DiskArray": (lambda X: jax.hessian(_square_sum)(X), "finite differences"),
+    "hessian of a DiskArray under jit": (
+        lambda X: jax.jit(jax.hessian(_square_sum))(X),
+        "finite differences",
+    ),
+    "linearize of a DiskArray": (lambda X: jax.linearize(_square_sum, X), "jax.vjp"),
+    "checkpoint of a DiskArray": (
+        lambda X: jax.grad(jax.checkpoint(_square_sum))(X),
+        "remove jax.checkpoint",
+    ),
+    # JAX's checkpoint hands back a DiskArray result as its bare int32 handle
+    "checkpoint of a DiskArray result": (
+        lambda X: jax.checkpoint(lambda x: x * 2.0)(X),
+        "remove jax.checkpoint",
+    ),
+    "checkpoint of a DiskArray result under jit": (
+        lambda X: jax.jit(jax.checkpoint(lambda x: x * 2.0))(X),
+        "remove jax.checkpoint",
+    ),
+    "checkpoint of a DiskArray without grad": (
+        lambda X: jax.jit(jax.checkpoint(_square_sum))(X),
+        "remove jax.checkpoint",
+    ),
+    "pmap of a DiskArray": (lambda X: jax.pmap(_square_sum)(X), "outside jax.pmap"),
+    "shard_map of a DiskArray": (
+        lambda X: _shard_map(_square_sum)(X),
+        "outside jax.pmap/shard_map",
+    ),
+    "shard_map closing over a traced DiskArray": (
+        lambda X: jax.jit(lambda x: _shard_map(lambda s: ooc.sum(x * s))(1.0))(X),
+        "outside jax.pmap/shard_map",
+    ),
+}
+# the transformation named in the message: the case's first word, but for remat
+NAMES = {"remat": "checkpoint"}
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_unsupported_transformation_is_named_with_its_alternative(case):
     X = _disk()
     run, alternative = CASES[case]
-    name = NAMES.get(case, case)
+    name = NAMES.get(case, case.split()[0])
     with pytest.raises(TypeError, match=rf"does not support jax\.{name} on DiskArrays") as info:
         run(X)
     assert alternative.lower() in str(info.value).lower()
@@ -55,14 +107,29 @@ def test_scanning_over_the_rows_of_a_disk_array_is_refused():
         jax.lax.scan(lambda c, x: (c, None), 0.0, X, length=4)
 
 
-def test_differentiating_a_loop_that_carries_a_disk_array_is_refused():
+@pytest.mark.parametrize("jit", [False, True])
+def test_differentiating_a_loop_that_carries_a_disk_array_is_refused(jit):
     X = _disk()
+    wrap = jax.jit if jit else (lambda f: f)
 
     def f(s):
         return ooc.sum(jax.lax.scan(lambda c, _: (c * s, None), X, None, length=2)[0])
 
+    def g(x):
+        return ooc.sum(jax.lax.fori_loop(0, 2, lambda i, c: c * 2.0, x))
+
     with pytest.raises(TypeError, match="stack DiskArrays"):
-        jax.grad(f)(2.0)
+        wrap(jax.grad(f))(2.0)
+    with pytest.raises(TypeError, match="stack DiskArrays"):
+        wrap(jax.grad(g))(X)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_disk_array_per_scan_step_is_refused(jit):
+    X = _disk()
+    wrap = jax.jit if jit else (lambda f: f)
+    with pytest.raises(TypeError, match=r"stack DiskArrays.*lax\.scan returning one"):
+        wrap(lambda x: jax.lax.scan(lambda c, _: (c, x * 2.0), 0.0, None, length=3))(X)
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -79,3 +146,53 @@ def test_supported_transformations_work(jit):
     np.testing.assert_allclose(branch(False).to_numpy(), A * 3.0)
     g = wrap(jax.grad(jax.jit(lambda x: ooc.sum(x * x))))(X)
     np.testing.assert_allclose(g.to_numpy(), 2 * A)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_supported_transformations_of_a_disk_array_argument_match_jax_numpy(jit):
+    X = _disk()
+    A = jax.numpy.asarray(X.to_numpy())
+    wrap = jax.jit if jit else (lambda f: f)
+
+    def both(f, *args):
+        """``f`` on ``X`` out of core and on ``A`` in memory, as NumPy arrays."""
+        out = wrap(f)(X, *args)
+        out = out.to_numpy() if isinstance(out, ooc.DiskArray) else np.asarray(out)
+        return out, np.asarray(f(A, *args))
+
+    def square_sum(x):
+        return (x * x).sum()
+
+    def looped(x):
+        return jax.lax.fori_loop(0, 3, lambda i, c: c * 2.0 + x, x)
+
+    def carried(x):
+        return jax.lax.scan(lambda c, _: (c * 0.5 - x, None), x, None, length=2)[0]
+
+    def branch(x, p):
+        return jax.lax.cond(p, lambda y: y * 2.0, lambda y: y - 1.0, x)
+
+    def switch(x, i):
+        return jax.lax.switch(i, [lambda y: y * 2.0, lambda y: y - 1.0, lambda y: -y], x)
+
+    mesh = jax.make_mesh((1,), ("i",))
+    spec = jax.sharding.PartitionSpec()
+    cases = {
+        "fori_loop": (looped,),
+        "scan carry": (carried,),
+        "cond": (branch, False),
+        "switch": (switch, 2),
+        "grad of cond": (jax.grad(lambda x, p: branch(x, p).sum()), True),
+        "grad of switch": (jax.grad(lambda x, i: (switch(x, i) * x).sum()), 1),
+    }
+    if not jit:  # a traced one cannot be closed over: see "shard_map closing over ..."
+        cases["shard_map closing over it"] = (
+            lambda x: jax.shard_map(
+                lambda s: (x * s).sum(), mesh=mesh, in_specs=spec, out_specs=spec
+            )(jax.numpy.float32(3.0)),
+        )
+    for case, (f, *args) in cases.items():
+        out, expected = both(f, *args)
+        np.testing.assert_allclose(out, expected, rtol=1e-6, err_msg=case)
+    shape = jax.eval_shape(looped, X)
+    assert (shape.shape, shape.dtype) == (X.shape, X.dtype)

@@ -13,6 +13,10 @@ range (``VJPHiPrimitive`` up to 0.11.1, ``HiPrim`` from 0.11.2) and changed the
   the primitive of its backward pass. Both expand to host code (`_host`): an
   ordered `io_callback` under tracing, a direct call in eager mode.
 
+It also teaches JAX's own arrays one thing: a traced JAX value on the left of an
+arithmetic operator hands a traced DiskArray on the right to the DiskArray's
+operator (`route_jax_operators`).
+
 vmap, forward-mode differentiation, sharding and scanning over a DiskArray's rows
 are refused with a `TypeError` naming the transformation (`_refusals`); so is
 differentiating a backward pass (second order).
@@ -110,6 +114,7 @@ class DiskArrayType(_hx.HiType):
         return [_hx.ShapedArray((), jnp.int32)]
 
     def lower_val(self, hi_val, /):
+        _refusals.refuse_checkpoint(self.shape)  # it would not raise its results back
         h = hi_val._handle
         if _is_concrete(h):
             _handles.sweep()  # a new compiled call starts: drop the last one's leftovers
@@ -159,6 +164,11 @@ class DiskArrayType(_hx.HiType):
         _refusals.refuse_sharding(f"a DiskArray{list(self.shape)} cannot be sharded")
 
     unshard = nospec = shard
+
+    @property
+    def sharding(self):
+        """Refused under jacfwd/jacrev/shard_map, which read it; absent elsewhere."""
+        _refusals.refuse_sharding_spec(self.shape)
 
     # operators on traced DiskArrays: jax calls `aval._add(tracer, other)`
     _matmul = _traced("matmul")
@@ -239,6 +249,55 @@ def type_of(x) -> DiskArrayType | None:
         return DiskArrayType(x.shape, x.dtype)
     aval = getattr(x, "aval", None)
     return aval if isinstance(aval, DiskArrayType) else None
+
+
+# ---------------------------------------------------------------- JAX values on the left
+
+# The `ShapedArray` operator hooks that hand a DiskArray right operand over. Not the
+# comparisons: Python tries `x.__gt__(s)` after `s.__lt__(x)` declines, whatever the
+# classes.
+_DEFERRED_OPERATORS = (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+    "and", "or", "xor", "lshift", "rshift",
+)  # fmt: skip
+
+
+def _defer_to_disk_array(name: str, jax_hook):
+    """``ShapedArray._<name>`` that hands a DiskArray right operand to its own hook."""
+
+    def hook(x, other, *args):
+        t = type_of(other)
+        if t is not None:  # `x + other` is `other.__radd__(x)`
+            return getattr(t, f"_r{name}")(other, x)
+        return jax_hook(x, other, *args)
+
+    hook.gradpipe_defers = jax_hook
+    return hook
+
+
+def route_jax_operators() -> None:
+    """Make ``s + x`` work for a traced JAX value ``s`` and a traced DiskArray ``x``.
+
+    Under `jax.jit` and `jax.grad` both are tracers of one Python class
+    (``DynamicJaxprTracer``, ``LinearizeTracer``), and Python tries the reflected
+    ``x.__radd__(s)`` only for operands of different classes. So ``s + x`` calls
+    ``s.__add__(x)`` alone, which JAX forwards to ``ShapedArray._add(s, x)``.
+    JAX's rule does not know a DiskArray's type and declines, so without this
+    ``ooc.min(v) + ooc.std(v, axis=0)`` under `jax.grad` fails with "unsupported
+    operand type(s) for +: 'LinearizeTracer' and 'LinearizeTracer'". Each
+    arithmetic and bitwise hook of `ShapedArray` (JAX's tracer-to-aval operator
+    forwarding, which `DiskArrayType`'s own hooks rely on too) is wrapped to pass a
+    DiskArray right operand to `DiskArrayType`'s reflected hook; any other operand
+    reaches JAX's rule unchanged. Idempotent; a hook JAX lacks is left alone.
+    """
+    for name in _DEFERRED_OPERATORS:
+        jax_hook = getattr(_hx.ShapedArray, f"_{name}", None)
+        if jax_hook is None or hasattr(jax_hook, "gradpipe_defers"):
+            continue
+        setattr(_hx.ShapedArray, f"_{name}", staticmethod(_defer_to_disk_array(name, jax_hook)))
+
+
+route_jax_operators()
 
 
 def as_input(x, dtype, what: str):

@@ -3,11 +3,14 @@
 gradpipe.ooc supports `jax.jit`, `jax.grad`/`jax.vjp`/`jax.value_and_grad`,
 `jax.eval_shape` and `lax.cond`/`scan`/`fori_loop`/`while_loop` with DiskArrays
 closed over or carried. Every other transformation reaches one of a few hooks
-(a primitive's ``jvp`` or ``batch`` rule, a type's ``leading_axis_spec`` or
-``shard``), which JAX calls for several public transformations at once: ``jvp``
-serves `jax.jvp`, `jax.jacfwd`, `jax.hessian` and `jax.checkpoint`. So each
-refusal names the public transformation found on the Python stack (the outermost
-one, as the user wrote it), and says what to use instead.
+(a primitive's ``jvp`` or ``batch`` rule, a type's ``leading_axis_spec``,
+``shard``, ``sharding`` or ``lower_val``), which JAX calls for several public
+transformations at once: ``jvp`` serves `jax.jvp`, `jax.jacfwd`, `jax.hessian`
+and `jax.checkpoint`; ``sharding`` is read by `jax.jacfwd`/`jax.jacrev` (to build
+the basis they map over) and `jax.shard_map` (to check its specs); ``lower_val``
+runs inside `jax.checkpoint` even without a gradient. So each refusal names the
+public transformation found on the Python stack (the outermost one, as the user
+wrote it), and says what to use instead.
 """
 
 from __future__ import annotations
@@ -16,15 +19,24 @@ import os
 import sys
 
 __all__ = [
+    "refuse_checkpoint",
     "refuse_forward_mode",
     "refuse_int_grad_input",
     "refuse_mapping",
     "refuse_scan_over",
     "refuse_sharding",
+    "refuse_sharding_spec",
 ]
 
 _API = os.sep + os.path.join("jax", "_src", "api.py")
 _CHECKPOINT = os.sep + os.path.join("jax", "_src", "ad_checkpoint.py")
+# JAX's modules whose every function belongs to one transformation (jax.pmap runs
+# through shard_map's: the outermost one found names it)
+_MODULES = {
+    _CHECKPOINT: "checkpoint",
+    os.sep + os.path.join("jax", "_src", "shard_map.py"): "shard_map",
+    os.sep + os.path.join("jax", "_src", "pmap.py"): "pmap",
+}
 
 # the public function (in jax/_src/api.py) -> what to do instead
 _ALTERNATIVES = {
@@ -44,6 +56,7 @@ _ALTERNATIVES = {
         "blocked operation on it"
     ),
     "pmap": "run out-of-core operations outside jax.pmap/shard_map, on the host",
+    "shard_map": "run out-of-core operations outside jax.pmap/shard_map, on the host",
     "checkpoint": (
         "remove jax.checkpoint (jax.remat) around out-of-core operations: their residuals "
         "are already on disk, not in memory; checkpoint only the in-memory part"
@@ -51,28 +64,43 @@ _ALTERNATIVES = {
 }
 
 
-def _transformation(default: str) -> str:
-    """The outermost public JAX transformation on the stack, else ``default``.
+def _transformations() -> list[str]:
+    """The public JAX transformations on the stack, innermost first.
 
     Found by the qualified names of JAX's own functions (``jacfwd.<locals>.jacfun``);
-    `jax.hessian` shows as ``jacfwd`` around ``jacrev``.
+    `jax.hessian` shows as ``jacfwd`` around ``jacrev``, or, before ``jacrev`` runs,
+    as ``jacfwd`` of a function that ``jacrev`` made.
     """
-    found: list[str] = []  # innermost first
+    found: list[str] = []
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if code.co_filename.endswith(_CHECKPOINT):
-            found.append("checkpoint")
+        module = next((m for m in _MODULES if code.co_filename.endswith(m)), None)
+        if module is not None:
+            found.append(_MODULES[module])
         elif code.co_filename.endswith(_API):
-            name = getattr(code, "co_qualname", code.co_name).split(".")[0].lstrip("_")
+            name = _qualname(code).split(".")[0].lstrip("_")
+            if name == "jacfwd" and _qualname(frame.f_locals.get("fun")).startswith("jacrev"):
+                found.append("jacrev")
             if name in _ALTERNATIVES:
                 found.append(name)
         frame = frame.f_back
+    return found
+
+
+def _transformation(default: str) -> str:
+    """The outermost public JAX transformation on the stack, else ``default``."""
+    found = _transformations()
     if not found:
         return default
     if found[-1] == "jacfwd" and "jacrev" in found:
         return "hessian"
     return found[-1]
+
+
+def _qualname(code_or_function) -> str:
+    code = getattr(code_or_function, "__code__", code_or_function)
+    return getattr(code, "co_qualname", getattr(code, "co_name", ""))
 
 
 def _message(what: str, kind: str) -> str:
@@ -100,8 +128,51 @@ def refuse_sharding(what: str) -> None:
     raise TypeError(_message(what, "pmap"))
 
 
+_READ_SHARDING = {"jacfwd", "jacrev", "shard_map", "pmap"}
+
+
+def refuse_sharding_spec(shape) -> None:
+    """For a type's ``sharding``: refused under a transformation that reads it.
+
+    `jax.jacfwd`/`jax.jacrev` read it to build their basis and `jax.shard_map` to
+    check its specs; elsewhere JAX asks with ``getattr(x, "sharding", default)``,
+    so outside those it stays absent (an `AttributeError`), as before.
+    """
+    what = f"a DiskArray{list(shape)} lives on disk and has no device sharding"
+    if not _READ_SHARDING.intersection(_transformations()):
+        raise AttributeError(f"'DiskArrayType' object has no attribute 'sharding' ({what})")
+    raise TypeError(_message(what, "pmap"))
+
+
+def refuse_checkpoint(shape) -> None:
+    """For a type's ``lower_val``: refused while `jax.checkpoint` lowers a DiskArray.
+
+    `jax.checkpoint` (`jax.remat`) lowers its body's DiskArrays to their int32
+    handles and never raises its results back: a DiskArray it returned came back as
+    a bare int32 handle (eagerly, a silent wrong answer) or failed with "no
+    attribute _handle" (under `jax.jit`). So a DiskArray reaching it is refused,
+    with or without a gradient, whatever the body returns.
+    """
+    frame = sys._getframe(1)  # every lowering asks: a plain walk, not _transformations
+    while frame is not None and not frame.f_code.co_filename.endswith(_CHECKPOINT):
+        frame = frame.f_back
+    if frame is not None:
+        raise TypeError(
+            _message(
+                f"it hands a DiskArray{list(shape)} result back as a bare file handle",
+                "checkpoint",
+            )
+        )
+
+
 def refuse_scan_over(shape) -> None:
-    """For a type's ``leading_axis_spec``: ``lax.scan``/``lax.map`` over its rows."""
+    """For a type's ``leading_axis_spec``: ``lax.scan``/``lax.map`` over its rows.
+
+    JAX asks the same of a loop's per-step results (``unmapped_leading_aval``) when
+    it stacks them, which is `refuse_stacked_handles`'s case.
+    """
+    if sys._getframe(2).f_code.co_name == "unmapped_leading_aval":
+        refuse_stacked_handles()
     raise TypeError(
         f"lax.scan/lax.map cannot iterate over the rows of a DiskArray{list(shape)}. "
         "Close over it or carry it instead, or loop in Python over row blocks "
@@ -113,9 +184,10 @@ def refuse_stacked_handles() -> None:
     """For `raise_val` of a handle with a leading axis: JAX stacked DiskArrays."""
     raise TypeError(
         "gradpipe.ooc: a JAX transformation tried to stack DiskArrays along a new axis "
-        "(jax.grad through lax.scan/fori_loop carrying a DiskArray saves one per "
-        "iteration; vmap batches them). Differentiate a Python loop over the steps "
-        "instead, or keep the carried DiskArray out of the differentiated loop."
+        "(lax.scan returning one per step as its ys; jax.grad through lax.scan/fori_loop "
+        "carrying a DiskArray saves one per iteration; vmap batches them). Differentiate "
+        "a Python loop over the steps instead, keep the carried DiskArray out of the "
+        "differentiated loop, or collect per-step DiskArrays in a Python list."
     )
 
 
