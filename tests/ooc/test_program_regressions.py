@@ -27,3 +27,42 @@ def test_a_concatenation_asks_a_fused_unit_axis_reshape_for_an_empty_box(jit):
         return [v4[:, 1::2, ::3], v3[::-1, ::2]]
 
     compare(program, [_normal(1, 17, 29)], budget=4096, jit_values=jit[0], jit_grad=jit[1])
+
+
+def _scalar(value, dtype="float64"):
+    return np.asarray(value, dtype)
+
+
+@pytest.mark.parametrize("jit", MODES, ids=MODE_IDS)
+def test_a_0d_disk_array_used_twice_has_one_gradient_type(jit):
+    # the two cotangents of a 0-d DiskArray were summed by the out-of-core `add`,
+    # whose 0-d result is a JAX value, not the DiskArray type JAX expects
+    # ("Attempting to pass an unexpected type DiskArray{float64[]} to a primitive")
+    def program(xp, v0, v1):
+        return [v1 + v0, v1 + v1]
+
+    compare(
+        program,
+        [_normal(5, dtype="float32"), _scalar(0.3)],
+        budget=4096,
+        jit_values=jit[0],
+        jit_grad=jit[1],
+    )
+
+
+@pytest.mark.parametrize("jit", MODES, ids=MODE_IDS)
+def test_a_0d_disk_array_beside_an_empty_slice_and_in_a_where(jit):
+    def program(xp, v0, v1, v2):
+        return [
+            v0[:, :, :0] + v2,
+            xp.abs(v2),
+            xp.where(v2 > v1, v2, v1 * 0.5),
+            v2 - np.float32(-0.75),
+        ]
+
+    arrays = [
+        np.zeros((0, 2, 3), "float32"),
+        _normal(1, 1, 2, dtype="float32"),
+        _scalar(0.2, "float32"),
+    ]
+    compare(program, arrays, budget=4096, jit_values=jit[0], jit_grad=jit[1])

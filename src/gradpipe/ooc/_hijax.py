@@ -144,6 +144,10 @@ class DiskArrayType(_hx.HiType):
             h = getattr(a, "_handle", None)  # None for a traced DiskArray
             if h is not None and _is_concrete(h) and int(h) == _handles.ZERO_HANDLE:
                 return b
+        if not self.shape:  # `add` would give a JAX value, not this type
+            from .ops._scalar_cotangent import add_scalar_cotangents
+
+            return add_scalar_cotangents(x, y)
         from .ops import add
 
         return add(x, y)
