@@ -90,7 +90,8 @@ CASES |= {
 NAMES = {"remat": "checkpoint"}
 # From jax 0.12, jax.pmap is a jax.jit with device shardings: JAX refuses a hijax
 # argument with a sharding itself, before any of the DiskArray type's hooks is asked
-# (a TypeError raised from them is replaced by JAX's "Error interpreting argument").
+# (a TypeError raised from them is replaced by JAX's "Error interpreting argument");
+# so it does for jax.device_put and with_sharding_constraint.
 JAX_REFUSES_PMAP_ARGUMENTS = tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 12)
 
 
@@ -209,3 +210,77 @@ def test_supported_transformations_of_a_disk_array_argument_match_jax_numpy(jit)
         np.testing.assert_allclose(out, expected, rtol=1e-6, err_msg=case)
     shape = jax.eval_shape(looped, X)
     assert (shape.shape, shape.dtype) == (X.shape, X.dtype)
+
+
+# JAX's own functions that cannot take a DiskArray, each named with what to do instead,
+# in the modes where it is reached (eagerly jnp.array and jnp.zeros_like make an
+# in-memory array from a concrete DiskArray, as from a NumPy one)
+def _constrained(x):
+    return jax.lax.with_sharding_constraint(x, jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+
+
+JAX_FUNCTIONS = {
+    "jax.device_put": (jax.device_put, "eager jit grad jit(grad)", "jax.device_put(x.to_numpy())"),
+    "jax.lax.with_sharding_constraint": (_constrained, "eager jit grad jit(grad)", "in-memory"),
+    "jax.numpy.array": (jax.numpy.array, "jit jit(grad)", "ooc.asarray(x)"),
+    "jax.numpy.zeros_like": (jax.numpy.zeros_like, "jit grad jit(grad)", "ooc.zeros_like(x)"),
+}
+JAX_REFUSES_SHARDED_HIJAX = (
+    {"jax.device_put", "jax.lax.with_sharding_constraint"} if JAX_REFUSES_PMAP_ARGUMENTS else set()
+)
+MODES = {
+    "eager": lambda f: f,
+    "jit": jax.jit,
+    "grad": jax.grad,
+    "jit(grad)": lambda f: jax.jit(jax.grad(f)),
+}
+
+
+@pytest.mark.parametrize(
+    "function, mode",
+    [(name, mode) for name, (_, modes, _) in JAX_FUNCTIONS.items() for mode in modes.split()],
+)
+def test_jax_functions_that_cannot_take_a_disk_array_are_named(function, mode):
+    X = _disk()
+    f, _, instead = JAX_FUNCTIONS[function]
+
+    def program(x):
+        f(x)
+        return ooc.sum(x * x)
+
+    if JAX_REFUSES_SHARDED_HIJAX and function in JAX_REFUSES_SHARDED_HIJAX:
+        # from jax 0.12 JAX refuses these itself, naming the type, before gradpipe is asked
+        with pytest.raises(NotImplementedError, match=r"hijax\)? type DiskArray\{float32\[4, 3\]"):
+            MODES[mode](program)(X)
+        return
+    with pytest.raises(TypeError, match=r"cannot take a DiskArray\[4, 3\]") as info:
+        MODES[mode](program)(X)
+    assert function in str(info.value) and instead in str(info.value)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_debug_print_of_an_unknown_jax_is_refused_not_misprinted(mode, monkeypatch):
+    """Where JAX's jax.debug.print passes its arguments otherwise than gradpipe knows
+    (a later version), a DiskArray is refused by name, not printed as its handle."""
+    from gradpipe.ooc import _jax_hooks
+
+    X = _disk()
+    prim = jax.make_jaxpr(lambda x: jax.debug.print("{}", x))(1.0).eqns[0].primitive
+    original = prim.to_lojax
+    rule = _jax_hooks._printed(prim)
+    monkeypatch.setattr(
+        prim,
+        "to_lojax",
+        lambda *args, **params: (
+            rule(*args, **{k: v for k, v in params.items() if k != "static_args"})
+            if any(isinstance(a, ooc.DiskArray) for a in args)
+            else original(*args, **params)
+        ),
+    )
+
+    def program(x):
+        jax.debug.print("{}", x)
+        return ooc.sum(x * x)
+
+    with pytest.raises(TypeError, match=r"jax\.debug\.print cannot take.*jax\.debug\.callback"):
+        MODES[mode](program)(X)

@@ -55,6 +55,7 @@ from ._explain import Plan, explain
 from ._hdf5_file import open_hdf5
 from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
+from ._jax_hooks import install as _install_jax_hooks
 from ._namespace_info import NamespaceInfo, __array_namespace_info__
 from ._op import BlockParallelOp, CustomOp, make_op
 from ._scratch import get_scratch_dir, set_scratch_dir
@@ -65,6 +66,7 @@ from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
 
 _install_equinox_filters()  # eqx.filter_grad & co. see DiskArrays as arrays
+_install_jax_hooks()  # JAX's operators and primitives take DiskArrays
 
 from . import fft, linalg  # noqa: E402
 

@@ -46,6 +46,22 @@ def _forward(name: str, *, reflected: bool = False):
     return method
 
 
+def _divmod(*, reflected: bool = False):
+    """``divmod(x, other)``: ``(x // other, x % other)``, as NumPy's and JAX's arrays give."""
+    floor_divide = _forward("floor_divide", reflected=reflected)
+    remainder = _forward("remainder", reflected=reflected)
+
+    def method(self, other):
+        quotient = floor_divide(self, other)
+        if quotient is NotImplemented:
+            return NotImplemented
+        return quotient, remainder(self, other)
+
+    method.__name__ = "__rdivmod__" if reflected else "__divmod__"
+    method.__doc__ = "``(x // other, x % other)``: see `gradpipe.ooc.floor_divide`, `remainder`."
+    return method
+
+
 _NOT_BINARY = frozenset(
     {"getitem", "astype", "update_", "persist", "transpose", "matrix_transpose", "matmul"}
 )
@@ -383,6 +399,8 @@ class DiskArray:
         """
         from . import ops
 
+        if ufunc is np.divmod and method == "__call__" and not kwargs:  # `divmod(np_scalar, x)`
+            return ops.floor_divide(*inputs), ops.remainder(*inputs)
         name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
         fn = getattr(ops, name, None) if name in ops.__all__ else None
         if method != "__call__" or fn is None or kwargs:
@@ -410,6 +428,11 @@ class DiskArray:
         """The host CPU, where the copy `__dlpack__` exports lives."""
         return (1, 0)  # DLPack's kDLCPU, device 0
 
+    def block_until_ready(self) -> DiskArray:
+        """``self``: an eager out-of-core operation has finished when it returns (a fused
+        result is computed when read: `gradpipe.ooc.persist` writes it now)."""
+        return self
+
     # -- operations (thin forwards to gradpipe.ooc.ops) --------------------------
 
     __matmul__ = _forward("matmul")
@@ -426,6 +449,8 @@ class DiskArray:
     __rfloordiv__ = _forward("floor_divide", reflected=True)
     __mod__ = _forward("remainder")
     __rmod__ = _forward("remainder", reflected=True)
+    __divmod__ = _divmod()
+    __rdivmod__ = _divmod(reflected=True)
     __pow__ = _forward("pow")
     __rpow__ = _forward("pow", reflected=True)
     __and__ = _forward("bitwise_and")

@@ -13,9 +13,7 @@ range (``VJPHiPrimitive`` up to 0.11.1, ``HiPrim`` from 0.11.2) and changed the
   the primitive of its backward pass. Both expand to host code (`_host`): an
   ordered `io_callback` under tracing, a direct call in eager mode.
 
-It also teaches JAX's own arrays one thing: a traced JAX value on the left of an
-arithmetic operator hands a traced DiskArray on the right to the DiskArray's
-operator (`route_jax_operators`).
+What JAX's own operators and primitives need to take a DiskArray is in `_jax_hooks`.
 
 vmap, forward-mode differentiation, sharding and scanning over a DiskArray's rows
 are refused with a `TypeError` naming the transformation (`_refusals`); so is
@@ -47,11 +45,20 @@ from ._host import run_on_host
 from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
 from ._setitem import refuse_traced
 
-__all__ = ["DiskArrayType", "OocBackwardPrim", "OocPrim", "bind", "scalar_type", "type_of"]
+__all__ = [
+    "DiskArrayType",
+    "OocBackwardPrim",
+    "OocPrim",
+    "ShapedArray",
+    "bind",
+    "scalar_type",
+    "type_of",
+]
 
 # jax >= 0.11.2 names the primitive base `HiPrim`; earlier versions `VJPHiPrimitive`.
 # Both call `dce(used_outs)` (old) or `dce(used_outs, live_ins)` (new): see OocPrim.dce.
 _PrimBase: Any = getattr(_hx, "HiPrim", None) or _hx.VJPHiPrimitive
+ShapedArray = _hx.ShapedArray  # JAX's own array type (`_jax_hooks` teaches its operators)
 
 _refuse_vmap = _refusals.refuse_mapping
 
@@ -69,6 +76,13 @@ def _traced(name: str, *, reflected: bool = False):
         return op(args[0], x) if reflected else op(x, *args)
 
     return method
+
+
+def _traced_divmod(*, reflected: bool = False):
+    """``aval._divmod(tracer, other)``: ``(x // other, x % other)``, as `DiskArray`'s."""
+    floor_divide = _traced("floor_divide", reflected=reflected)
+    remainder = _traced("remainder", reflected=reflected)
+    return lambda self, x, *args: (floor_divide(self, x, *args), remainder(self, x, *args))
 
 
 class DiskArrayType(_hx.HiType):
@@ -189,6 +203,8 @@ class DiskArrayType(_hx.HiType):
     _rfloordiv = _traced("floor_divide", reflected=True)
     _mod = _traced("remainder")
     _rmod = _traced("remainder", reflected=True)
+    _divmod = _traced_divmod()
+    _rdivmod = _traced_divmod(reflected=True)
     _pow = _traced("pow")
     _rpow = _traced("pow", reflected=True)
     _and = _traced("bitwise_and")
@@ -253,55 +269,6 @@ def type_of(x) -> DiskArrayType | None:
         return DiskArrayType(x.shape, x.dtype)
     aval = getattr(x, "aval", None)
     return aval if isinstance(aval, DiskArrayType) else None
-
-
-# ---------------------------------------------------------------- JAX values on the left
-
-# The `ShapedArray` operator hooks that hand a DiskArray right operand over. Not the
-# comparisons: Python tries `x.__gt__(s)` after `s.__lt__(x)` declines, whatever the
-# classes.
-_DEFERRED_OPERATORS = (
-    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
-    "and", "or", "xor", "lshift", "rshift",
-)  # fmt: skip
-
-
-def _defer_to_disk_array(name: str, jax_hook):
-    """``ShapedArray._<name>`` that hands a DiskArray right operand to its own hook."""
-
-    def hook(x, other, *args):
-        t = type_of(other)
-        if t is not None:  # `x + other` is `other.__radd__(x)`
-            return getattr(t, f"_r{name}")(other, x)
-        return jax_hook(x, other, *args)
-
-    hook.gradpipe_defers = jax_hook
-    return hook
-
-
-def route_jax_operators() -> None:
-    """Make ``s + x`` work for a traced JAX value ``s`` and a traced DiskArray ``x``.
-
-    Under `jax.jit` and `jax.grad` both are tracers of one Python class
-    (``DynamicJaxprTracer``, ``LinearizeTracer``), and Python tries the reflected
-    ``x.__radd__(s)`` only for operands of different classes. So ``s + x`` calls
-    ``s.__add__(x)`` alone, which JAX forwards to ``ShapedArray._add(s, x)``.
-    JAX's rule does not know a DiskArray's type and declines, so without this
-    ``ooc.min(v) + ooc.std(v, axis=0)`` under `jax.grad` fails with "unsupported
-    operand type(s) for +: 'LinearizeTracer' and 'LinearizeTracer'". Each
-    arithmetic and bitwise hook of `ShapedArray` (JAX's tracer-to-aval operator
-    forwarding, which `DiskArrayType`'s own hooks rely on too) is wrapped to pass a
-    DiskArray right operand to `DiskArrayType`'s reflected hook; any other operand
-    reaches JAX's rule unchanged. Idempotent; a hook JAX lacks is left alone.
-    """
-    for name in _DEFERRED_OPERATORS:
-        jax_hook = getattr(_hx.ShapedArray, f"_{name}", None)
-        if jax_hook is None or hasattr(jax_hook, "gradpipe_defers"):
-            continue
-        setattr(_hx.ShapedArray, f"_{name}", staticmethod(_defer_to_disk_array(name, jax_hook)))
-
-
-route_jax_operators()
 
 
 def as_input(x, dtype, what: str):

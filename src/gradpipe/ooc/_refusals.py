@@ -11,6 +11,12 @@ the basis they map over) and `jax.shard_map` (to check its specs); ``lower_val``
 runs inside `jax.checkpoint` even without a gradient. So each refusal names the
 public transformation found on the Python stack (the outermost one, as the user
 wrote it), and says what to use instead.
+
+JAX's own functions that cannot take a DiskArray are named too
+(`refuse_jax_function`): `jax.device_put` and, of a traced DiskArray,
+`jnp.zeros_like` and its kin read ``sharding`` (each is found on the stack, as
+above); `jax.lax.with_sharding_constraint`, and `jax.numpy.array` of a traced
+DiskArray, by the primitive they bind (see `_jax_hooks.route_jax_primitives`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ __all__ = [
     "refuse_checkpoint",
     "refuse_forward_mode",
     "refuse_int_grad_input",
+    "refuse_jax_function",
     "refuse_mapping",
     "refuse_scan_over",
     "refuse_sharding",
@@ -129,19 +136,78 @@ def refuse_sharding(what: str) -> None:
 
 
 _READ_SHARDING = {"jacfwd", "jacrev", "shard_map", "pmap"}
+_LAX = os.sep + os.path.join("jax", "_src", "lax", "lax.py")
 
 
 def refuse_sharding_spec(shape) -> None:
     """For a type's ``sharding``: refused under a transformation that reads it.
 
     `jax.jacfwd`/`jax.jacrev` read it to build their basis and `jax.shard_map` to
-    check its specs; elsewhere JAX asks with ``getattr(x, "sharding", default)``,
-    so outside those it stays absent (an `AttributeError`), as before.
+    check its specs; so do `jax.device_put` (to find the data's device) and, of a
+    traced DiskArray, `jnp.zeros_like` and its kin (to place the new array).
+    Elsewhere JAX asks with ``getattr(x, "sharding", default)``, so outside those
+    it stays absent (an `AttributeError`), as before.
     """
     what = f"a DiskArray{list(shape)} lives on disk and has no device sharding"
     if not _READ_SHARDING.intersection(_transformations()):
+        if _called_from(_API, "device_put"):
+            refuse_jax_function("device_put", shape)
+        if _called_from(_LAX, "full_like"):
+            refuse_jax_function("full_like", shape)
         raise AttributeError(f"'DiskArrayType' object has no attribute 'sharding' ({what})")
     raise TypeError(_message(what, "pmap"))
+
+
+def _called_from(filename: str, function: str) -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == function and frame.f_code.co_filename.endswith(filename):
+            return True
+        frame = frame.f_back
+    return False
+
+
+# JAX's own functions that cannot take a DiskArray: the primitive they bind (see
+# `_jax_hooks.route_jax_primitives`) or the function found on the stack -> (the public
+# function, why not, what to do instead)
+_FUNCTIONS = {
+    "device_put": (
+        "jax.device_put",
+        "its data stays on disk, on no device",
+        "Compute on it with the gradpipe.ooc functions, or read it into memory outside "
+        "jax.jit/grad: jax.device_put(x.to_numpy())",
+    ),
+    "sharding_constraint": (
+        "jax.lax.with_sharding_constraint",
+        "a DiskArray lives on disk and has no device sharding",
+        "Constrain in-memory values only: out-of-core operations run on the host",
+    ),
+    "copy": (
+        "jax.numpy.array",
+        "it would copy the data into memory, which is not read while JAX traces",
+        "Use the gradpipe.ooc functions on it (ooc.asarray(x) copies it on disk), or "
+        "return it from the traced function and read it outside with np.asarray(x)",
+    ),
+    "full_like": (
+        "jax.numpy.zeros_like/ones_like/full_like/empty_like",
+        "the new array would take its device sharding, and a DiskArray on disk has none",
+        "Use ooc.zeros_like(x)/ooc.full_like(x, value) for an array on disk, or "
+        "jnp.zeros(x.shape, x.dtype) for one in memory",
+    ),
+    "debug_print": (
+        "jax.debug.print",
+        "this version of JAX passes jax.debug.print arguments in a way gradpipe.ooc does not know",
+        "Use jax.debug.callback, whose callback receives the DiskArray",
+    ),
+}
+
+
+def refuse_jax_function(key: str, shape) -> None:
+    """For JAX's own function ``key`` (the primitive it binds, or its name on the stack)."""
+    function, why, instead = _FUNCTIONS[key]
+    raise TypeError(
+        f"gradpipe.ooc: {function} cannot take a DiskArray{list(shape)}: {why}. {instead}."
+    )
 
 
 def refuse_checkpoint(shape) -> None:
