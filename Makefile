@@ -3,20 +3,27 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gradpipe-installed
+DEMO_STAMP := $(VENV)/.gradpipe-demo-installed
 DOCS_STAMP := $(VENV)/.gradpipe-docs-installed
 PEER_VENV ?= .venv-peer
 
-.PHONY: demo test docs bench lint format clean conformance conformance-raw
+.PHONY: demo test test-fresh fuzz docs bench lint format clean conformance conformance-raw
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# The demo installs what it runs; the tests add their own tools (pytest, hypothesis,
+# moto, s3fs, ...), which a first `make demo` need not wait for.
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e ".[all]"
+	touch $(DEMO_STAMP)
+
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e ".[all,dev]"
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) examples/demo.py
 
 # Two workers (pytest-xdist): the suite keeps both cores of the 2-core machines busy.
@@ -24,6 +31,25 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP) $(PEER_VENV)/.installed
 	PEER_PYTHON=$(abspath $(PEER_VENV))/bin/python $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+
+# The suite as another machine would run it: a clean clone of the last commit (no
+# file this checkout has and git does not), one BLAS thread (dask's workers and
+# some CPUs differ from here), the tests in reverse order (no test may lean on one
+# that ran before it). Run it before every stop.
+FRESH_ORDER ?= reversed
+test-fresh:
+	@d=$$(mktemp -d) && git clone -q . "$$d" && echo "== a clean clone in $$d, OPENBLAS_NUM_THREADS=1, order $(FRESH_ORDER) ==" \
+	  && (cd "$$d" && OPENBLAS_NUM_THREADS=1 GRADPIPE_TEST_ORDER=$(FRESH_ORDER) $(MAKE) --no-print-directory test PYTHON=$(PYTHON)); \
+	  rc=$$?; rm -rf "$$d"; exit $$rc
+
+# Random programs over gradpipe.ooc's namespace against jax.numpy, at nightly size
+# (tests/ooc/test_programs.py; `make test` runs a fixed few hundred). A fresh seed
+# each run unless GRADPIPE_FUZZ_SEED is given; the seed is printed to repeat a run.
+FUZZ_PROGRAMS ?= 4000
+fuzz: $(STAMP)
+	@seed=$${GRADPIPE_FUZZ_SEED:-$$(date +%s)}; echo "== $(FUZZ_PROGRAMS) random programs, GRADPIPE_FUZZ_SEED=$$seed =="; \
+	  GRADPIPE_FUZZ_SEED=$$seed GRADPIPE_PROGRAMS_PER_SHARD=$$(( $(FUZZ_PROGRAMS) / 8 )) \
+	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --timeout 0 tests/ooc/test_programs.py
 
 # The site (mkdocs-material + mkdocstrings) into site/. --strict turns every warning
 # into a failure: a broken link, a missing anchor, an unresolved cross-reference.

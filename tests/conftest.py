@@ -1,6 +1,8 @@
 """Suite-wide hooks (loaded by pytest-xdist's controller too, unlike tests/ooc's)."""
 
+import os
 import pathlib
+import random
 import sys
 
 import pytest
@@ -13,6 +15,27 @@ _session = {}
 
 def pytest_configure(config) -> None:
     _session["config"] = config
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Run the tests in another order when ``GRADPIPE_TEST_ORDER`` asks: ``reversed``,
+    or ``shuffled:<seed>`` (an int). A test that passes only after another one left
+    some state behind (a module-level cache, a default budget, the global RNG) fails
+    in some other order. The order is a function of the seed alone, so every
+    pytest-xdist worker collects the same list, as xdist requires."""
+    order = os.environ.get("GRADPIPE_TEST_ORDER", "")
+    if not order:
+        return
+    if order == "reversed":
+        items.reverse()
+        return
+    kind, _, seed = order.partition(":")
+    if kind != "shuffled" or not seed.lstrip("-").isdigit():
+        raise pytest.UsageError(
+            f"GRADPIPE_TEST_ORDER={order!r} is not an order: use 'reversed' or "
+            "'shuffled:<int seed>', e.g. GRADPIPE_TEST_ORDER=shuffled:1."
+        )
+    random.Random(int(seed)).shuffle(items)
 
 
 def pytest_runtest_logreport(report) -> None:

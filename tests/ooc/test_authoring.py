@@ -206,4 +206,5 @@ def test_a_failed_background_write_fails_the_operation_and_leaves_nothing(rng, m
     monkeypatch.setattr(_storage.PagedFile, "write", failing)
     with pytest.raises(OSError, match="simulated"), ooc.MemoryBudget(8192):
         ooc.matmul(a, a)
-    assert set(ooc.get_scratch_dir().iterdir()) == before
+    # no file more; one fewer is an earlier test's garbage, collected meanwhile
+    assert set(ooc.get_scratch_dir().iterdir()) <= before

@@ -92,6 +92,9 @@ def test_repeated_calls_without_disk_array_arguments_do_not_pile_up_files(A):
     X = ooc.DiskArray.from_numpy(A)
     f = jax.jit(lambda s: ooc.sum(((X - 1.0) * s + 2.0) * s))
     scratch = ooc.get_scratch_dir()
+    # an earlier test's files still held by reference cycles would otherwise go
+    # whenever the cyclic collector runs, maybe between two counts
+    gc.collect()
     counts = []
     for _ in range(6):
         f(1.0)

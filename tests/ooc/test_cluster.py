@@ -1,11 +1,15 @@
 """Passes on a dask.distributed cluster: `ooc.executor(client)`.
 
 A `LocalCluster` of two worker processes on loopback runs the tile work; the same
-programs run in this process give the reference. Results are compared bit for bit
-where the summation order is the same, and to the last bits where a reduction's
-partial sums are grouped by task.
+programs run in this process give the reference. Elementwise results and sums in the
+same order are compared bit for bit: the workers run the same NumPy kernels on the
+same tiles, on this machine's CPU. Products are not: a BLAS ``gemm`` sums in an
+order that depends on its thread count (dask starts workers with one BLAS thread,
+this process uses one per core) and on the CPU, so they, and sums whose partial
+sums are grouped by task, are compared to the rounding bounds of `rounding`.
 """
 
+import math
 import os
 import signal
 import sys
@@ -14,6 +18,7 @@ import cloudpickle
 import jax
 import numpy as np
 import pytest
+from rounding import assert_within, gamma, product_reference
 
 from gradpipe import ooc
 
@@ -56,16 +61,24 @@ def loss(a, b, c):
 
 
 def run_both(client, fn, *xs):
-    """``fn(*disk arrays)`` in this process and on the cluster, as NumPy."""
+    """``fn(*disk arrays)`` in this process and on the cluster, as NumPy, and the
+    `ooc.explain` plan of the run in this process (the cluster runs the same tiles)."""
     with ooc.MemoryBudget(BUDGET):
         disk = [ooc.DiskArray.from_numpy(x) for x in xs]
-        here = jax.tree.map(value, fn(*disk))
+        plan = ooc.explain(fn, *disk, store_results=False)
+        here = jax.tree.map(value, plan.result)
         with ooc.executor(client):
             there = jax.tree.map(value, fn(*disk))
-    return here, there
+    return here, there, plan
 
 
-def test_block_maps_products_and_row_reductions_equal_one_process_bit_for_bit(client, rng):
+def stage_of(plan, name: str):
+    """The forward pass ``name`` of ``plan`` (its tile, and its number of tiles)."""
+    (stage,) = [s for s in plan.stages if s.name == name and s.phase == "forward"]
+    return stage
+
+
+def test_block_maps_equal_one_process_bit_for_bit_and_products_to_rounding(client, rng):
     a, b, _ = arrays(rng)
 
     def fn(x, y):
@@ -77,33 +90,83 @@ def test_block_maps_products_and_row_reductions_equal_one_process_bit_for_bit(cl
             "column max": ooc.max(x, axis=0),
         }
 
-    here, there = run_both(client, fn, a, b)
-    for key in here:
+    here, there, _ = run_both(client, fn, a, b)
+    # no BLAS: the same NumPy kernels on the same tiles, summed in the same order
+    for key in ("chain", "row sums", "column max"):
         np.testing.assert_array_equal(there[key], here[key], err_msg=key)
-    np.testing.assert_allclose(here["product"], a @ b, rtol=1e-4, atol=1e-4)
+    # gemm's order of summation differs with its thread count: each product is
+    # within gamma(K) |a| @ |b| of the exact one (K = 384), so of the other to twice
+    # that. A wrong tile or a missing block is off by O(1) or more.
+    want, bound = product_reference(a, b)
+    assert_within(here["product"], want, bound, "product in this process")
+    assert_within(there["product"], want, bound, "product on the cluster")
+    assert_within(there["product"], here["product"], 2 * bound, "cluster against one process")
 
 
 def test_a_full_reduction_is_split_across_tasks_and_differs_only_in_the_last_bits(client, rng):
     a, _, _ = arrays(rng)
-    here, there = run_both(client, lambda x: (ooc.sum(x * x), ooc.mean(ooc.tanh(x))), a)
-    for h, t in zip(here, there):
-        np.testing.assert_allclose(t, h, rtol=1e-6)
-    np.testing.assert_allclose(here[0], np.sum(a.astype(np.float64) ** 2), rtol=1e-5)
+    (s_here, m_here), (s_there, m_there), plan = run_both(
+        client, lambda x: (ooc.sum(x * x), ooc.mean(ooc.tanh(x))), a
+    )
+    # Each tile's partial sum is the same in both (same tiles, same NumPy kernel);
+    # only their grouping differs: in order here, task by task there. A sum of the
+    # n partials p_i in any grouping is within gamma(n - 1) sum |p_i| of their exact
+    # sum, and sum |p_i| <= (1 + gamma(N)) sum |terms| (N terms in all).
+    big = 1 + gamma(a.size)
+    total = np.sum(np.square(a), dtype=np.float64)  # sum |terms|: x * x >= 0
+    stage = stage_of(plan, "sum")
+    assert stage.tiles > 1
+    bound = 2 * gamma(stage.tiles) * big * total
+    assert_within(s_there, s_here, bound, "sum of squares")
+    # and it is the sum: a term goes through at most (tile size - 1) additions in
+    # its tile, in any order, and (tiles - 1) more
+    depth = math.prod(stage.tile) + stage.tiles
+    assert_within(s_here, total, (gamma(depth) + gamma(a.size, np.float64)) * total, "sum")
+    # the mean divides each sum by N once (a relative error u each); |tanh| <= 1
+    n = stage_of(plan, "mean").tiles
+    assert n > 1
+    u = gamma(1)
+    assert_within(m_there, m_here, (2 * gamma(n) + 2 * u) * big, "mean of tanh")
+
+
+#: The gradient tests' inputs lie on a grid of 1/32 in [-1/4, 1/4]: each term of
+#: ``a @ b`` is a multiple of 2**-10 and every partial sum is at most 384 / 16 in
+#: size, so all of them are exact in float32 (24 bits), whatever the order of the
+#: sums. The forward values are then the same bits in both runs, and the bounds
+#: below are those of the backward pass alone.
+def grid_arrays(rng):
+    a = (rng.integers(-8, 9, (512, 384)) / 32).astype(np.float32)
+    b = (rng.integers(-8, 9, (384, 256)) / 32).astype(np.float32)
+    c = rng.standard_normal((256,)).astype(np.float32)
+    assert np.array_equal(a @ b, a.astype(np.float64) @ b.astype(np.float64))
+    return a, b, c
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_gradients_on_the_cluster_equal_one_process(client, rng, jit):
-    xs = arrays(rng)
+def test_gradients_on_the_cluster_equal_one_process_to_rounding(client, rng, jit):
+    xs = a, b, _ = grid_arrays(rng)
     grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
     if jit:
         grad = jax.jit(grad)
-    (l_here, g_here), (l_there, g_there) = run_both(client, grad, *xs)
-    np.testing.assert_allclose(l_there, l_here, rtol=1e-6)
-    # the product's gradients are products: same tiles, same order
-    np.testing.assert_array_equal(g_there[0], g_here[0])
-    np.testing.assert_array_equal(g_there[1], g_here[1])
-    # the bias gradient is summed over tiles, task by task
-    np.testing.assert_allclose(g_there[2], g_here[2], rtol=1e-5, atol=1e-7)
+    (l_here, g_here), (l_there, g_there), plan = run_both(client, grad, *xs)
+    size, u = a.shape[0] * b.shape[1], gamma(1)
+    # the loss: N terms 2 tanh(z), at most 2 in size, whose tile partial sums are
+    # grouped by task, then divided by N (see the test above)
+    n = stage_of(plan, "mean").tiles
+    assert n > 1
+    assert_within(l_there, l_here, (2 * gamma(n) + 2 * u) * 2 * (1 + gamma(size)), "loss")
+    # G = dL/dz = 2 (1 - tanh(z)**2) / N: the same bits in both runs, and at most
+    # (2 / N)(1 + 8u) in size (1 - tanh**2 <= 1, and a few roundings). The products'
+    # gradients are products with it, dA = G @ B.T of inner length 256 and
+    # dB = A.T @ G of inner length 512, each within gamma(K) |G| @ |B.T| (resp.
+    # |A.T| @ |G|) of the exact one; the bias gradient sums G over the 512 rows, in
+    # task groups. A wrong or missing tile is off by far more.
+    g_max = 2 / size * (1 + 8 * u)
+    bound = 2 * gamma(b.shape[1]) * g_max * np.sum(np.abs(b), axis=1, dtype=np.float64)
+    assert_within(g_there[0], g_here[0], bound[None, :], "dL/da")
+    bound = 2 * gamma(a.shape[0]) * g_max * np.sum(np.abs(a), axis=0, dtype=np.float64)
+    assert_within(g_there[1], g_here[1], bound[:, None], "dL/db")
+    assert_within(g_there[2], g_here[2], 2 * gamma(a.shape[0]) * g_max * a.shape[0], "dL/dc")
 
 
 def test_the_tile_work_runs_on_both_workers(client, rng):

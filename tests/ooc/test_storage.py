@@ -92,7 +92,8 @@ def test_interrupted_operation_leaves_no_output_file(rng, monkeypatch):
     monkeypatch.setattr(ooc.ops._matmul.MatMul, "forward_into", boom)
     with pytest.raises(RuntimeError, match="simulated"), ooc.MemoryBudget(8192):
         ooc.matmul(a, a)
-    assert set(ooc.get_scratch_dir().iterdir()) == before
+    # no file more; one fewer is an earlier test's garbage, collected meanwhile
+    assert set(ooc.get_scratch_dir().iterdir()) <= before
 
 
 def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch):

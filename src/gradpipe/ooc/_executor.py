@@ -65,10 +65,15 @@ def executor(target) -> Iterator[DaskExecutor | None]:
 
     The workers must see the files of this process: its scratch directory
     (`set_scratch_dir`, on a filesystem every worker mounts) and the arrays the
-    program opens. Results equal a run in this process bit for bit where the
-    summation order is the same: every elementwise result and fused chain, every
-    product and every reduction along axes that keep several output tiles. A
-    reduction to a few tiles is split across tasks, so its partial sums are added
+    program opens. Elementwise results, fused chains and reductions along axes that
+    keep several output tiles equal a run in this process bit for bit: the same
+    NumPy kernels run on the same tiles in the same order (on workers with the same
+    NumPy and the same kind of CPU; NumPy picks its SIMD kernels by CPU). Products
+    agree to rounding only, as does whatever is computed from them: BLAS ``gemm``
+    sums in an order that depends on its thread count and CPU kernel, and dask
+    starts worker processes with one BLAS thread where this process has one per
+    core. They are bit for bit the same only when the BLAS threads and kernel are.
+    A reduction to a few tiles is split across tasks, so its partial sums are added
     in another grouping and may differ in the last bits.
     """
     ex = target if target is None or isinstance(target, DaskExecutor) else DaskExecutor(target)
