@@ -29,8 +29,10 @@ demo: $(DEMO_STAMP)
 # Two workers (pytest-xdist): the suite keeps both cores of the 2-core machines busy.
 TEST_WORKERS ?= 2
 
+# PYTEST_ARGS adds to the run, e.g. PYTEST_ARGS="--durations=30".
+PYTEST_ARGS ?=
 test: $(STAMP) $(PEER_VENV)/.installed
-	PEER_PYTHON=$(abspath $(PEER_VENV))/bin/python $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+	PEER_PYTHON=$(abspath $(PEER_VENV))/bin/python $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The suite as another machine would run it: a clean clone of the last commit (no
 # file this checkout has and git does not), one BLAS thread (dask's workers and
