@@ -64,10 +64,12 @@ def main():
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            url = request["url"]
-            if url not in clients:
-                clients[url] = Tesseract.from_url(url, server_output_path=request.get("files"))
-            tesseract = clients[url]
+            # one client per (url, output folder): the first call to a url must not
+            # decide the folder of the calls after it (a json+binref answer needs one)
+            key = (request["url"], request.get("files"))
+            if key not in clients:
+                clients[key] = Tesseract.from_url(key[0], server_output_path=key[1])
+            tesseract = clients[key]
             op, args = request["op"], from_wire(request.get("args", {}))
             if request.get("accept"):
                 tesseract = tesseract.with_encoding(output_format=request["accept"])
