@@ -144,8 +144,52 @@ def run_on_host(host_fn, in_types, out_types, args):
     if not staged:
         outs = on_host(*[np.asarray(v) for v in lo])
     else:
-        specs = tuple(
-            jax.ShapeDtypeStruct((), jnp.int32 if _is_disk(t) else t.dtype) for t in out_types
-        )
-        outs = io_callback(on_host, specs, *lo, ordered=True)
+
+        def on_host_as_words(*vals):
+            return tuple(_to_words(o) for o in on_host(*vals))
+
+        specs = tuple(_callback_spec(t) for t in out_types)
+        words = io_callback(on_host_as_words, specs, *lo, ordered=True)
+        outs = [_from_words(w, t) for w, t in zip(words, out_types)]
     return [_wrap_out(t, o) for t, o in zip(out_types, outs)]
+
+
+# 64-bit scalars leave a callback as 32-bit words. JAX checks a callback's results
+# after converting them for the x64 setting of the thread the callback runs on, and
+# XLA may run it on a thread of its own, which a `with jax.enable_x64(True)` block
+# does not reach: there a float64 result became float32 ("Incorrect output dtype for
+# return value #0: Expected: float64, Actual: float32"), and the ordered callback's
+# error then failed every later call in the process. Words are the same bits on
+# every thread.
+
+
+def _is_wide(t) -> bool:
+    return not _is_disk(t) and np.dtype(t.dtype).itemsize >= 8
+
+
+def _callback_spec(t):
+    if _is_disk(t):
+        return jax.ShapeDtypeStruct((), jnp.int32)
+    if _is_wide(t):
+        return jax.ShapeDtypeStruct((np.dtype(t.dtype).itemsize // 4,), jnp.uint32)
+    return jax.ShapeDtypeStruct((), t.dtype)
+
+
+def _to_words(value: np.ndarray) -> np.ndarray:
+    value = np.asarray(value)
+    if value.dtype.itemsize < 8 or value.dtype == np.int32:
+        return value
+    return np.ascontiguousarray(value).reshape(1).view(np.uint32)
+
+
+def _from_words(words, t):
+    if not _is_wide(t):
+        return words
+    dtype = np.dtype(t.dtype)
+    if dtype.kind == "c":  # lax.bitcast_convert_type has no complex types
+        half = np.dtype(f"f{dtype.itemsize // 2}")
+        n = words.shape[0] // 2
+        real = jax.lax.bitcast_convert_type(words[:n], half)
+        imag = jax.lax.bitcast_convert_type(words[n:], half)
+        return jax.lax.complex(real, imag)
+    return jax.lax.bitcast_convert_type(words, dtype)
