@@ -146,7 +146,7 @@ def run_on_host(host_fn, in_types, out_types, args):
     else:
 
         def on_host_as_words(*vals):
-            return tuple(_to_words(o) for o in on_host(*vals))
+            return tuple(_to_words(o, t) for o, t in zip(on_host(*vals), out_types))
 
         specs = tuple(_callback_spec(t) for t in out_types)
         words = io_callback(on_host_as_words, specs, *lo, ordered=True)
@@ -164,7 +164,11 @@ def run_on_host(host_fn, in_types, out_types, args):
 
 
 def _is_wide(t) -> bool:
-    return not _is_disk(t) and np.dtype(t.dtype).itemsize >= 8
+    """A scalar JAX narrows while x64 is off: 64-bit parts (complex128's are)."""
+    if _is_disk(t):
+        return False
+    dtype = np.dtype(t.dtype)
+    return dtype.itemsize >= (16 if dtype.kind == "c" else 8)
 
 
 def _callback_spec(t):
@@ -175,9 +179,8 @@ def _callback_spec(t):
     return jax.ShapeDtypeStruct((), t.dtype)
 
 
-def _to_words(value: np.ndarray) -> np.ndarray:
-    value = np.asarray(value)
-    if value.dtype.itemsize < 8 or value.dtype == np.int32:
+def _to_words(value: np.ndarray, t) -> np.ndarray:
+    if not _is_wide(t):
         return value
     return np.ascontiguousarray(value).reshape(1).view(np.uint32)
 
