@@ -66,3 +66,14 @@ def test_a_0d_disk_array_beside_an_empty_slice_and_in_a_where(jit):
         _scalar(0.2, "float32"),
     ]
     compare(program, arrays, budget=4096, jit_values=jit[0], jit_grad=jit[1])
+
+
+@pytest.mark.parametrize("jit", MODES, ids=MODE_IDS)
+def test_a_where_whose_condition_is_a_traced_0d_value(jit):
+    # `v1 > v1` of a 0-d DiskArray is a 0-d JAX value; under jax.grad it is traced,
+    # and `where` asked NumPy for its dtype (TracerArrayConversionError)
+    def program(xp, v0, v1):
+        return [v0, xp.where(v1 > v1, v1, v1 * 0.5), xp.clip(v1 * 2.0, -0.5, 0.7)]
+
+    arrays = [np.zeros((0,), "float32"), _scalar(0.4, "float32")]
+    compare(program, arrays, budget=4096, jit_values=jit[0], jit_grad=jit[1])

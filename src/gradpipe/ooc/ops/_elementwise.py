@@ -234,11 +234,19 @@ def _where(xp, condition, x1, x2):
     return xp.where(condition, x1, x2)
 
 
+def _dtype_of(x) -> np.dtype:
+    """The dtype of a DiskArray, a JAX value (traced too: no conversion) or a number."""
+    t = type_of(x)
+    if t is not None:
+        return t.dtype
+    dtype = getattr(x, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.asarray(x).dtype
+
+
 def where(condition, x1, x2, /, *, budget=None):
     """``x1`` where ``condition`` is true, else ``x2``, elementwise with broadcasting,
     out of core; differentiable in ``x1`` and ``x2``."""
-    tc = type_of(condition)
-    dtype = tc.dtype if tc is not None else np.asarray(condition).dtype
+    dtype = _dtype_of(condition)
     if dtype != np.bool_:
         raise TypeError(f"where: the condition must be a bool array, got {dtype.name}.")
     return blockwise(_where, "where", condition, x1, x2, budget=budget)
@@ -261,8 +269,7 @@ def clip(x, /, min=None, max=None, *, budget=None):
     elementwise, out of core, in ``x``'s dtype (the standard's `clip`); ``min`` and
     ``max`` are scalars or arrays that broadcast with ``x``. Differentiable in all
     three where they are floating."""
-    t = type_of(x)
-    dtype = t.dtype if t is not None else np.asarray(x).dtype
+    dtype = _dtype_of(x)
     bounds = []
     for bound in (min, max):
         if bound is None:
