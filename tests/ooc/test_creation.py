@@ -46,7 +46,9 @@ def _same(got, want):
     ],
 )
 def test_creation_gives_numpys_values_and_dtypes(call):
-    with ooc.MemoryBudget(BUDGET):
+    """With x64 on the default dtypes are NumPy's (test_x64_off.py: jax.numpy's
+    32-bit ones while it is off)."""
+    with jax.enable_x64(True), ooc.MemoryBudget(BUDGET):
         _same(call(ooc), call(np))
 
 
@@ -79,7 +81,8 @@ def test_tril_and_triu_follow_numpy_and_differentiate(k):
 
 def test_asarray_copies_in_memory_data_and_keeps_disk_arrays():
     with ooc.MemoryBudget(BUDGET):
-        nested = ooc.asarray([[1, 2, 3], [4, 5, 6]])
+        with jax.enable_x64(True):  # Python numbers take the default dtypes: NumPy's here
+            nested = ooc.asarray([[1, 2, 3], [4, 5, 6]])
         _same(nested, np.asarray([[1, 2, 3], [4, 5, 6]]))
         _same(ooc.asarray([1.5, 2], dtype=ooc.float32), np.asarray([1.5, 2], np.float32))
         x = ooc.asarray(np.arange(12.0).reshape(3, 4))
@@ -94,7 +97,7 @@ def test_asarray_copies_in_memory_data_and_keeps_disk_arrays():
         with pytest.raises(TypeError, match="cannot make an array"):
             ooc.asarray(["a", "b"])
         _same(ooc.from_dlpack(np.arange(5)), np.arange(5))
-        with jax.enable_x64(True):  # 0-d results are JAX arrays, 64-bit ones need x64
+        with jax.enable_x64(True):  # 0-d results are JAX arrays of the default dtypes
             zero_d = ooc.asarray(2.5)
             assert isinstance(zero_d, jax.Array) and zero_d.dtype == np.float64
 

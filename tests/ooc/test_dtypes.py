@@ -4,8 +4,12 @@ dtype; every gradient has its primal's dtype and jax.grad's value.
 The property tests are driven by one table of operations (`OPS`), which must name
 every operation `gradpipe.ooc` exports. Arrays are small but the memory budget is
 the 4096-byte minimum, so most of them are cut into several tiles (reductions and
-matmul accumulate across tiles). x64 is on for the property tests: NumPy's dtypes
-include 64-bit 0-d results, which JAX holds only with x64 (see the x64 tests below).
+matmul accumulate across tiles). The property tests run twice, with x64 on and off,
+against the rule of the out-of-core guide: `DiskArray` results have NumPy's dtype
+either way; a 0-d result is what ``jnp.asarray`` makes of NumPy's (32 bits for 64
+with x64 off); the sum of ints is in ``jax.numpy``'s default int (NumPy's with x64
+on); an in-memory 0-d operand or parameter is what JAX holds (tests/ooc/test_x64_off.py
+has the rest of the x64-off rule).
 """
 
 from __future__ import annotations
@@ -178,11 +182,37 @@ def _outcome(fn):
         return "error", type(error)
 
 
+def _as_jax_value(want):
+    """NumPy's 0-d result as JAX holds it (``jnp.asarray``'s: 32 bits for 64 with x64
+    off); any other result as it is (a DiskArray keeps NumPy's dtype)."""
+    if np.ndim(want):
+        return want
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(jnp.asarray(want))
+
+
+def _held(dtype) -> np.dtype:
+    """The dtype JAX holds ``dtype`` values in under the flag in force."""
+    return np.asarray(jnp.asarray(np.zeros(0, dtype))).dtype
+
+
+def _sum_dtype(dtype) -> np.dtype:
+    """The dtype of the sum of ``dtype`` data: jax.numpy's under the flag in force
+    (NumPy's with x64 on; int32 for small ints with x64 off), never narrower than
+    the data."""
+    return np.result_type(dtype, jnp.sum(jnp.zeros(1, _held(dtype))).dtype)
+
+
 def _both(ooc_call, np_call, disk_args, exact=True, terms=1):
     """Compare ``ooc_call(*disk_args)`` eagerly and under jit with ``np_call()``."""
     kind, want = _outcome(np_call)
+    if kind == "ok":
+        want = _as_jax_value(want)
     for run in (ooc_call, jax.jit(ooc_call)):
-        got_kind, got = _outcome(lambda run=run: run(*disk_args))
+        # read inside: a refusal that depends on the data (an int to a negative int
+        # power) comes when a lazy result is computed, at the latest when it is read
+        got_kind, got = _outcome(lambda run=run: _value(run(*disk_args)))
         if kind == "error":
             assert got_kind == "error", f"NumPy refuses ({want.__name__}); ooc gave {got!r}"
             continue
@@ -227,20 +257,25 @@ def _scalar(rng, dtype, how):
         # a traced weak int that does not fit wraps as in JAX (the guide says so)
         value = abs(value) if isinstance(value, int) else value
         return jnp.asarray(value), value
-    return jnp.asarray(value, dtype), np.asarray(value, dtype)
+    # strong: the dtype JAX holds it in (32 bits for 64 with x64 off)
+    return jnp.asarray(value, _held(dtype)), np.asarray(value, _held(dtype))
 
 
 # ---------------------------------------------------------------- forward properties
 
 
+X64 = pytest.mark.parametrize("x64", [True, False], ids=["x64", "x64_off"])
+
+
+@X64
 @settings(max_examples=150, **SETTINGS)
 @given(st.data(), seeds)
-def test_elementwise_gives_numpys_dtype_and_value(data, seed):
+def test_elementwise_gives_numpys_dtype_and_value(x64, data, seed):
     rng = np.random.default_rng(seed)
     name = data.draw(st.sampled_from([n for n, o in OPS.items() if o.kind in ("unary", "binary")]))
     op = OPS[name]
     special = data.draw(st.booleans())
-    with jax.enable_x64(True), ooc.MemoryBudget(4096) as budget:
+    with jax.enable_x64(x64), ooc.MemoryBudget(4096) as budget:
         if op.kind == "unary":
             dtype = data.draw(dtypes)
             X = _data(rng, data.draw(shapes()), dtype, special=special)
@@ -271,9 +306,10 @@ def test_elementwise_gives_numpys_dtype_and_value(data, seed):
             _both(lambda a: op.ooc_fn(a, s), lambda: op.np_fn(A, s_np), [disk(A, budget)])
 
 
+@X64
 @settings(max_examples=80, **SETTINGS)
 @given(st.data(), seeds, dtypes)
-def test_reductions_give_numpys_dtype_and_value(data, seed, dtype):
+def test_reductions_give_numpys_dtype_and_value(x64, data, seed, dtype):
     rng = np.random.default_rng(seed)
     name = data.draw(st.sampled_from(["sum", "mean", "max"]))
     shape = data.draw(shapes(max_side=40))
@@ -284,26 +320,28 @@ def test_reductions_give_numpys_dtype_and_value(data, seed, dtype):
     keepdims = data.draw(st.booleans())
     terms = X.size if axis is None else int(np.prod([shape[a] for a in np.atleast_1d(axis)]))
     op = OPS[name]
-    with jax.enable_x64(True), ooc.MemoryBudget(4096) as budget:
+    with jax.enable_x64(x64), ooc.MemoryBudget(4096) as budget:
+        kw = dict(dtype=_sum_dtype(X.dtype)) if name == "sum" else {}
         _both(
             lambda x: op.ooc_fn(x, axis=axis, keepdims=keepdims),
-            lambda: op.np_fn(X, axis=axis, keepdims=keepdims),
+            lambda: op.np_fn(X, axis=axis, keepdims=keepdims, **kw),
             [disk(X, budget)],
             exact=op.exact,
             terms=terms,
         )
 
 
+@X64
 @settings(max_examples=25, **SETTINGS)
 @given(st.data(), seeds, dtypes, dtypes)
-def test_matmul_and_layout_give_numpys_dtype_and_value(data, seed, da, db):
+def test_matmul_and_layout_give_numpys_dtype_and_value(x64, data, seed, da, db):
     rng = np.random.default_rng(seed)
     side = st.sampled_from([1, 3, 17, 24])
     m, k, n = data.draw(side), data.draw(side), data.draw(side)
     ta, tb = data.draw(st.booleans()), data.draw(st.booleans())
     A = _data(rng, (k, m) if ta else (m, k), da)
     B = _data(rng, (n, k) if tb else (k, n), db)
-    with jax.enable_x64(True), ooc.MemoryBudget(4096) as budget:
+    with jax.enable_x64(x64), ooc.MemoryBudget(4096) as budget:
         _both(
             lambda a, b: ooc.matmul(a, b, transpose_a=ta, transpose_b=tb),
             lambda: np.matmul(A.T if ta else A, B.T if tb else B),
@@ -421,22 +459,23 @@ def _real(v):
     return jnp.real(v) if jnp.iscomplexobj(v) else v
 
 
+@X64
 @settings(max_examples=40, **SETTINGS)
 @given(st.data(), seeds)
-def test_gradients_have_the_primals_dtype_and_jax_grads_value(data, seed):
+def test_gradients_have_the_primals_dtype_and_jax_grads_value(x64, data, seed):
+    """A DiskArray's gradient has its dtype, an in-memory 0-d operand's the dtype JAX
+    holds it in (float32 for float64 with x64 off); values are jax.grad's in 64 bits
+    on the operands as ooc sees them."""
     rng = np.random.default_rng(seed)
     f_ooc, f_jnp, arrays = _grad_case(data, rng)
-    with jax.enable_x64(True), ooc.MemoryBudget(4096) as budget:
+    on_disk = [i == 0 or bool(a.shape) for i, a in enumerate(arrays)]
+    with jax.enable_x64(x64):  # a 0-d operand is what JAX holds under the flag
+        arrays = [a if d else a.astype(_held(a.dtype)) for a, d in zip(arrays, on_disk)]
+    with jax.enable_x64(True):
         with np.errstate(all="ignore"):
             out = jax.eval_shape(f_jnp, *arrays)
             ref = f_jnp(*[jnp.asarray(a) for a in arrays])
         W = None if out.shape == () else _data(rng, out.shape, np.asarray(ref).dtype)
-
-        w_disk = None if W is None else disk(W, budget)
-
-        def loss_ooc(*xs):  # weighted by W: a cotangent that is not all ones
-            out = f_ooc(*xs)
-            return _real(out if W is None else ooc.sum(out * w_disk))
 
         def loss_jnp(*xs):
             out = f_jnp(*xs)
@@ -444,9 +483,14 @@ def test_gradients_have_the_primals_dtype_and_jax_grads_value(data, seed):
 
         argnums = tuple(range(len(arrays)))
         want = jax.grad(loss_jnp, argnums)(*[jnp.asarray(a) for a in arrays])
-        ins = [
-            disk(a, budget) if i == 0 or a.shape else jnp.asarray(a) for i, a in enumerate(arrays)
-        ]
+    with jax.enable_x64(x64), ooc.MemoryBudget(4096) as budget:
+        w_disk = None if W is None else disk(W, budget)
+
+        def loss_ooc(*xs):  # weighted by W: a cotangent that is not all ones
+            out = f_ooc(*xs)
+            return _real(out if W is None else ooc.sum(out * w_disk))
+
+        ins = [disk(a, budget) if d else jnp.asarray(a) for a, d in zip(arrays, on_disk)]
         for run in (jax.grad(loss_ooc, argnums), jax.jit(jax.grad(loss_ooc, argnums))):
             got = run(*ins)
             for g, w, a in zip(got, want, arrays):
@@ -479,16 +523,22 @@ def test_mean_of_integers_is_a_float64_mean(tiny_budget, jit):
     np.testing.assert_array_equal(rows.to_numpy(), [1.5, 5.5, 9.5])
 
 
-def test_sums_of_small_ints_and_bools_use_the_platform_int(tiny_budget):
-    """NumPy sums int8/uint8/bool as int64/uint64; an int8 accumulator wrapped."""
+def test_sums_of_small_ints_and_bools_use_the_default_int(tiny_budget):
+    """jax.numpy sums int8/uint8/bool in the default int (int64/uint64 with x64, as
+    NumPy; int32/uint32 without), on disk too; an int8 accumulator wrapped."""
     X = np.full((50, 40), 100, np.int8)
     with jax.enable_x64(True):
         got = ooc.sum(disk(X))
         assert got.dtype == np.int64 and int(got) == 200_000
         assert int(ooc.sum(disk(X > 0))) == 2000
         assert ooc.sum(disk(X.astype(np.uint8))).dtype == np.uint64
-    cols = ooc.sum(disk(X), axis=0)
-    assert cols.dtype == np.int64 and (cols.to_numpy() == 5000).all()
+        cols = ooc.sum(disk(X), axis=0)
+        assert cols.dtype == np.int64 and (cols.to_numpy() == 5000).all()
+    with jax.enable_x64(False):
+        cols = ooc.sum(disk(X), axis=0)
+        assert cols.dtype == np.int32 and (cols.to_numpy() == 5000).all()
+        assert ooc.sum(disk(X.astype(np.uint8)), axis=0).dtype == np.uint32
+        assert ooc.sum(disk(X > 0), axis=0).dtype == jnp.sum(jnp.asarray(X > 0), axis=0).dtype
 
 
 def test_float16_sums_and_means_accumulate_in_float32(tiny_budget):
@@ -504,24 +554,28 @@ def test_float16_sums_and_means_accumulate_in_float32(tiny_budget):
     np.testing.assert_array_equal(cols, np.sum(X, axis=0, dtype=np.float32).astype(np.float16))
 
 
-def test_64_bit_scalar_results_are_refused_while_x64_is_off(tiny_budget):
-    """JAX would round a float64 loss to float32 (eagerly) or fail inside jit."""
-    x = disk(np.linspace(0, 1, 64).reshape(8, 8))  # float64
-    for fn in (ooc.sum, jax.jit(ooc.sum), ooc.mean, ooc.max):
-        with pytest.raises(TypeError, match=r"float64.*jax_enable_x64"):
-            fn(x)
-    with pytest.raises(TypeError, match=r"int64.*jax_enable_x64"):
-        ooc.sum(disk(np.arange(5, dtype=np.int32)))  # NumPy's sum of int32 is int64
-    with pytest.raises(TypeError, match=r"jax_enable_x64"):
-        ooc.mean(disk(np.arange(5, dtype=np.int32)))
-    # results on disk keep their dtype; 32-bit scalars are fine
-    kept = ooc.sum(x, keepdims=True)
-    assert kept.dtype == np.float64 and kept.to_numpy()[0, 0] == np.sum(x.to_numpy())
-    assert (x * 1.0).dtype == np.float64
-    assert ooc.sum(ooc.astype(x, np.float32)).dtype == np.float32
-    # a traced float with an int32 array: NumPy's float64 result, on disk
-    r = jax.jit(lambda a, s: a + s)(disk(np.arange(4, dtype=np.int32)), 0.5)
-    assert r.dtype == np.float64 and r.to_numpy().tolist() == [0.5, 1.5, 2.5, 3.5]
+def test_64_bit_scalar_results_become_32_bit_jax_values_while_x64_is_off(tiny_budget):
+    """They were refused; now they are what jnp.asarray makes of NumPy's result
+    (tests/ooc/test_x64_off.py has the rest of the rule)."""
+    X = np.linspace(0, 1, 64).reshape(8, 8)
+    x = disk(X)  # float64
+    with jax.enable_x64(False), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the once-per-process warning
+        for fn, np_fn in [(ooc.sum, np.sum), (jax.jit(ooc.sum), np.sum), (ooc.mean, np.mean)]:
+            got = fn(x)
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, jnp.asarray(np_fn(X)), rtol=1e-6)
+        assert ooc.max(x) == jnp.asarray(np.max(X))
+        assert ooc.sum(disk(np.arange(5, dtype=np.int64))).dtype == np.int32
+        assert float(ooc.mean(disk(np.arange(5, dtype=np.int32)))) == 2.0
+        # results on disk keep their dtype; 32-bit scalars are kept as they are
+        kept = ooc.sum(x, keepdims=True)
+        assert kept.dtype == np.float64 and kept.to_numpy()[0, 0] == np.sum(x.to_numpy())
+        assert (x * 1.0).dtype == np.float64
+        assert ooc.sum(ooc.astype(x, np.float32)).dtype == np.float32
+        # a traced float with an int32 array: NumPy's float64 result, on disk
+        r = jax.jit(lambda a, s: a + s)(disk(np.arange(4, dtype=np.int32)), 0.5)
+        assert r.dtype == np.float64 and r.to_numpy().tolist() == [0.5, 1.5, 2.5, 3.5]
 
 
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])

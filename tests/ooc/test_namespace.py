@@ -77,8 +77,12 @@ def test_inspection_reports_what_the_namespace_supports():
     info = ooc.__array_namespace_info__()
     caps = info.capabilities()
     assert caps["boolean indexing"] is False and caps["data-dependent shapes"] is False
-    assert info.default_dtypes()["real floating"] == ooc.float64
-    assert info.default_dtypes()["indexing"] == ooc.int64
+    with jax.enable_x64(True):  # jax.numpy's defaults (test_x64_off.py: x64 off)
+        assert info.default_dtypes()["real floating"] == ooc.float64
+        assert info.default_dtypes()["indexing"] == ooc.int64
+    with jax.enable_x64(False):
+        assert info.default_dtypes()["real floating"] == ooc.float32
+        assert info.default_dtypes()["indexing"] == ooc.int32
     assert set(info.dtypes(kind="integral")) == {
         "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"
     }  # fmt: skip

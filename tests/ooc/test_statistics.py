@@ -116,10 +116,12 @@ SUM_DTYPES = [
 @pytest.mark.parametrize("name", ["sum", "prod", "cumulative_sum", "cumulative_prod"])
 @pytest.mark.parametrize("dtype,given,expected", SUM_DTYPES, ids=str)
 def test_sum_and_prod_take_the_standard_dtype(rng, name, dtype, given, expected):
+    """With x64 on the default int is NumPy's (test_x64_off.py has jax.numpy's
+    int32 while it is off)."""
     x = draw(rng, (11, 9), dtype)
     axis = 0 if name.startswith("cumulative") else 1
     want = getattr(np, name)(x, axis=axis, dtype=given)
-    with ooc.MemoryBudget(BUDGET):
+    with jax.enable_x64(True), ooc.MemoryBudget(BUDGET):
         got = getattr(ooc, name)(disk(x), axis=axis, dtype=given)
     assert got.dtype == np.dtype(expected) == want.dtype
     assert_matches(got, want, dtype)
@@ -140,9 +142,9 @@ def test_in_memory_arguments_run_on_jax_numpy_with_numpy_dtypes():
         )
         assert ooc.var(jnp.asarray([1.0, 3.0]), correction=1) == 2
         assert int(ooc.searchsorted(jnp.asarray([1, 2, 3]), jnp.int64(2), side="right")) == 2
-    # a 64-bit 0-d result needs x64, as for DiskArrays
-    with pytest.raises(TypeError, match="jax_enable_x64"):
-        ooc.sum(jnp.int32(3))
+    # with x64 off the sum of ints is jax.numpy's, in the default int (it was refused)
+    with jax.enable_x64(False):
+        assert ooc.sum(jnp.int32(3)).dtype == jnp.sum(jnp.int32(3)).dtype == np.int32
 
 
 def test_a_full_reduction_is_a_jax_scalar_and_a_float16_sum_accumulates_in_float32():
@@ -193,7 +195,8 @@ def test_cumulative_matches_numpy(rng, name, dtype, shape, axis):
     x = draw(rng, shape, dtype)
     if name == "cumulative_prod" and np.dtype(dtype).kind in "fc":
         x = (1 + 0.01 * x).astype(dtype)  # products of many factors stay finite
-    with ooc.MemoryBudget(BUDGET):
+    # x64 on: NumPy's default int for the totals of ints (test_x64_off.py: x64 off)
+    with jax.enable_x64(True), ooc.MemoryBudget(BUDGET):
         d = disk(x)
         for include_initial in (False, True):
             kw = dict(axis=axis, include_initial=include_initial)

@@ -11,7 +11,10 @@ range (``VJPHiPrimitive`` up to 0.11.1, ``HiPrim`` from 0.11.2) and changed the
   return a wrong gradient; that is why this is a hijax type.)
 - `OocPrim`, the primitive of one out-of-core operation, and `OocBackwardPrim`,
   the primitive of its backward pass. Both expand to host code (`_host`): an
-  ordered `io_callback` under tracing, a direct call in eager mode.
+  ordered `io_callback` under tracing, a direct call in eager mode. A 0-d result
+  is a JAX value of the dtype ``jnp.asarray`` gives NumPy's (`_x64`: 32 bits for 64
+  while x64 is off); its cotangent is widened back to NumPy's dtype on the host,
+  so the gradients of 64-bit data are computed in 64 bits.
 
 What JAX's own operators and primitives need to take a DiskArray is in `_jax_hooks`.
 
@@ -44,6 +47,7 @@ from ._driver import Driver
 from ._host import run_on_host
 from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
 from ._setitem import refuse_traced
+from ._x64 import jax_value_dtype
 
 __all__ = [
     "DiskArrayType",
@@ -331,6 +335,14 @@ def scalar_type(dtype):
     return _hx.ShapedArray((), np.dtype(dtype))
 
 
+def _jax_type(t, what: str):
+    """The type JAX holds an output of type ``t`` in: ``t`` for a DiskArray; for a 0-d
+    value, a ShapedArray of `jax_value_dtype` (32 bits for 64 while x64 is off)."""
+    if isinstance(t, DiskArrayType):
+        return t
+    return scalar_type(jax_value_dtype(t.dtype, what))
+
+
 def _const_type(value, dtype):
     return scalar_type(dtype)
 
@@ -348,7 +360,7 @@ class OocPrim(_Refusals, _PrimBase):
 
     def __init__(self, op, budget: MemoryBudget, in_types, consts=(), *, backward_of=None):
         self.in_avals = tuple(in_types)
-        self.out_aval = op.out_type(*_merge(in_types, consts, _const_type))
+        self.out_aval = _jax_type(op.out_type(*_merge(in_types, consts, _const_type)), op.name)
         self.params = dict(
             op=op, budget=budget, in_types=self.in_avals, consts=consts, backward_of=backward_of
         )
@@ -409,7 +421,7 @@ class OocBackwardPrim(_Refusals, _PrimBase):
     """The backward pass of ``op``: input gradients from inputs, output and cotangent."""
 
     def __init__(self, op, budget, in_types, consts, g_type, wants):
-        out_type = op.out_type(*_merge(in_types, consts, _const_type))
+        out_type = _jax_type(op.out_type(*_merge(in_types, consts, _const_type)), op.name)
         self.in_avals = (*in_types, out_type, g_type)
         self.out_aval = tuple(in_types)
         self.params = dict(
@@ -422,12 +434,16 @@ class OocBackwardPrim(_Refusals, _PrimBase):
         n = len(self.in_types)
         const_pos = {pos for pos, _, _ in consts}
         wants = _merge(self.wants, consts, lambda v, d: False)
+        out_dtype = op.out_type(*_merge(self.in_types, consts, _const_type)).dtype
 
         def host(*vals):
             driver = Driver(budget, op.name)
             vals = _settled(op, driver, vals)
             inputs = _merge(vals[:n], consts, _const_value)
-            grads = op.backward(driver, inputs, vals[n], vals[n + 1], wants)
+            g = vals[n + 1]
+            if isinstance(g, np.ndarray) and g.dtype != out_dtype:  # a rounded 0-d one
+                g = g.astype(out_dtype)
+            grads = op.backward(driver, inputs, vals[n], g, wants)
             return [gr for pos, gr in enumerate(grads) if pos not in const_pos]
 
         return tuple(run_on_host(host, self.in_avals, self.out_aval, args))

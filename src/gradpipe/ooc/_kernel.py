@@ -25,6 +25,7 @@ from jax._src.interpreters import partial_eval as _pe
 from jax.extend.core import ClosedJaxpr
 
 from . import _numpy_eval
+from ._x64 import jax_value_dtype
 
 __all__ = ["check_vjp", "kernel_dtype", "run_forward", "run_in_jax", "run_vjp", "vjp_reads"]
 
@@ -49,12 +50,7 @@ def run_in_jax(kernel: Callable, params: tuple, values):
         return kernel(jnp, *values, **dict(params))
     arrays = [v if isinstance(v, python) else np.asarray(v) for v in values]
     out = run_forward(kernel, params, arrays)
-    dtype = out.dtype
-    if (dtype.itemsize == 8 and dtype.kind in "iuf") or dtype == np.complex128:
-        from ._promotion import check_x64
-
-        check_x64(dtype, "this 0-d result")
-    return jnp.asarray(out)
+    return jnp.asarray(out, jax_value_dtype(out.dtype, "an operation on in-memory values"))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ._constants import DTYPES
 from ._data_types import isdtype
 from ._device import DISK, check_device
+from ._x64 import default_dtypes
 
 __all__ = ["NamespaceInfo", "__array_namespace_info__"]
 
 
 class NamespaceInfo:
     """The array API's inspection object for `gradpipe.ooc`: one device (the disk),
-    NumPy's default dtypes, and no data-dependent shapes or boolean indexing (their
+    ``jax.numpy``'s default dtypes, and no data-dependent shapes or boolean indexing (their
     result size is unknown until the data is read, which JAX's tracing cannot wait
     for)."""
 
@@ -32,14 +31,11 @@ class NamespaceInfo:
         return [DISK]
 
     def default_dtypes(self, *, device=None) -> dict:
-        """NumPy's defaults: float64, complex128, int64 and int64 for indexing."""
+        """``jax.numpy``'s defaults: float32, complex64, int32 and int32 for indexing
+        while ``jax_enable_x64`` is off (JAX's default); float64, complex128, int64
+        and int64 while it is on."""
         check_device(device)
-        return {
-            "real floating": np.dtype(np.float64),
-            "complex floating": np.dtype(np.complex128),
-            "integral": np.dtype(np.int64),
-            "indexing": np.dtype(np.int64),
-        }
+        return default_dtypes()
 
     def dtypes(self, *, device=None, kind=None) -> dict:
         """The supported dtypes by name, those of ``kind`` only when given."""

@@ -18,7 +18,6 @@ import numpy as np
 
 from ._budget import MemoryBudget, get_budget
 from ._hijax import DiskArrayType, bind, scalar_type, type_of
-from ._promotion import check_x64
 
 __all__ = ["BlockParallelOp", "CustomOp", "make_op"]
 
@@ -79,7 +78,6 @@ class _OpBase:
         dtype = np.dtype(self.output_dtype(*[t.dtype for t in in_types]))
         if shape:
             return DiskArrayType(shape, dtype)
-        check_x64(dtype, f"the 0-d result of {self.name}")
         return scalar_type(dtype)
 
 

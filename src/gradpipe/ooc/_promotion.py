@@ -1,4 +1,4 @@
-"""Dtypes of operands and results: NumPy's promotion rules, checked against JAX's x64 mode.
+"""Dtypes of operands and results: NumPy's promotion rules.
 
 Every `gradpipe.ooc` operation gives the dtype NumPy (>= 2, NEP 50) gives for the
 same operation on in-memory arrays:
@@ -14,13 +14,12 @@ same operation on in-memory arrays:
   JAX traced, such as an argument of `jax.grad`): then it acts like a Python
   number of its kind, as in ``jax.numpy``.
 
-JAX holds 64-bit values only while ``jax_enable_x64`` is on; otherwise it would
-round a float64 result to float32 (and wrap an int64 sum to int32) without a
-word. So an operation whose 0-d result needs a 64-bit dtype refuses with a
-`TypeError` while x64 is off. `DiskArray` results are not affected: their data
-stays on disk in its own dtype. (A weakly typed JAX scalar that NumPy's rule
-would widen to 64 bits keeps the 32-bit value JAX holds; the result still has
-NumPy's dtype, as the host computes in it.)
+JAX holds 64-bit values only while ``jax_enable_x64`` is on: what that flag
+changes (default dtypes, and the dtype of a 0-d result, which becomes a JAX
+value) is in `_x64`. `DiskArray` results are not affected: their data stays on
+disk in NumPy's dtype. (A weakly typed JAX scalar that NumPy's rule would widen
+to 64 bits keeps the 32-bit value JAX holds; the result still has NumPy's dtype,
+as the host computes in it.)
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ import numpy as np
 
 __all__ = [
     "canonical_dtype",
-    "check_x64",
     "is_constant",
     "is_differentiable",
     "operand_dtypes",
@@ -109,23 +107,6 @@ def canonical_dtype(dtype) -> np.dtype:
     with warnings.catch_warnings():  # "float64 is not available" while x64 is off
         warnings.simplefilter("ignore")
         return np.dtype(jax.numpy.result_type(dtype))
-
-
-def _x64_enabled() -> bool:
-    return canonical_dtype(np.float64) == np.float64
-
-
-def check_x64(dtype, what: str) -> None:
-    """Refuse a JAX value of a 64-bit ``dtype`` while ``jax_enable_x64`` is off."""
-    dtype = np.dtype(dtype)
-    if dtype.itemsize < 8 or dtype == np.complex64 or _x64_enabled():
-        return
-    raise TypeError(
-        f"{what} is a JAX value of dtype {dtype.name}, but jax_enable_x64 is off, so "
-        f"JAX would silently round it to a 32-bit dtype. Turn x64 on "
-        f"(jax.config.update('jax_enable_x64', True)), cast the data first "
-        f"(ooc.astype), or keep the result on disk (keepdims=True for a reduction)."
-    )
 
 
 def to_primal_dtype(grad: np.ndarray, dtype) -> np.ndarray:

@@ -26,7 +26,7 @@ from .._hijax import DiskArrayType, scalar_type, type_of
 from .._kernel import _vjp_program, run_forward, run_in_jax, run_vjp
 from .._numpy_eval import unsupported
 from .._op import CustomOp, apply, frozen
-from .._promotion import check_x64, is_differentiable, to_primal_dtype
+from .._promotion import is_differentiable, to_primal_dtype
 from ._reshape import tile_regions
 
 __all__ = ["CoreAxes", "core_axes"]
@@ -123,7 +123,6 @@ class CoreAxes(CustomOp):
         shape, dtype = self._output([t.shape for t in in_types], [t.dtype for t in in_types])
         if shape:
             return DiskArrayType(shape, dtype)
-        check_x64(dtype, f"the 0-d result of {self.label}")
         return scalar_type(dtype)
 
     # -- tiles ---------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Every array is written one page row at a time (`DiskArray.from_row_blocks`), so
 none is ever whole in memory. A 0-d result is a JAX array, as every 0-d result of
-`gradpipe.ooc` is. Default dtypes are NumPy's (float64, int64, complex128), as
-`__array_namespace_info__().default_dtypes()` reports.
+`gradpipe.ooc` is. Default dtypes are ``jax.numpy``'s, as
+`__array_namespace_info__().default_dtypes()` reports: float32, int32 and
+complex64 while ``jax_enable_x64`` is off, float64, int64 and complex128 while it
+is on (see `_x64`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from .._array import DiskArray
 from .._device import check_device
 from .._hijax import type_of
-from .._promotion import check_x64
+from .._x64 import default_dtypes, jax_value_dtype, number_dtype
 
 __all__ = [
     "arange",
@@ -52,22 +54,14 @@ def _shape(shape) -> tuple[int, ...]:
     return shape
 
 
-def _default_dtype(value) -> np.dtype:
-    """The dtype of an array made from a Python scalar, as NumPy gives it."""
-    if isinstance(value, (bool, np.bool_)):
-        return np.dtype(bool)
-    if isinstance(value, (int, np.integer)):
-        return np.dtype(np.int64)
-    if isinstance(value, complex):
-        return np.dtype(np.complex128)
-    return np.dtype(np.float64)
+def _default_float(dtype=None) -> np.dtype:
+    return np.dtype(dtype) if dtype is not None else default_dtypes()["real floating"]
 
 
 def _zero_d(value, dtype) -> jnp.ndarray:
-    """A 0-d result: a JAX array (64-bit ones need ``jax_enable_x64``)."""
-    dtype = np.dtype(dtype)
-    check_x64(dtype, "a 0-d array")
-    return jnp.asarray(np.asarray(value, dtype))
+    """A 0-d result: a JAX array, of a 32-bit dtype for a 64-bit one while x64 is off."""
+    value = np.asarray(value, dtype)
+    return jnp.asarray(value, jax_value_dtype(value.dtype, "a 0-d array"))
 
 
 def _from_rows(shape, dtype, rows, budget):
@@ -85,38 +79,28 @@ def full(shape, fill_value, *, dtype=None, device=None, budget=None):
 
     - `shape`: an int or a tuple of ints.
     - `fill_value`: a Python number (or bool).
-    - `dtype`: the dtype (default: from ``fill_value``'s type, as NumPy).
+    - `dtype`: the dtype (default: bool for a bool ``fill_value``, else the default
+      dtype of its kind, as `jax.numpy.full`).
     - `device`: ``None`` or `gradpipe.ooc`'s one device.
     - `budget`: the budget the page shape is derived from.
     """
     check_device(device)
     shape = _shape(shape)
-    dtype = np.dtype(dtype) if dtype is not None else _default_dtype(fill_value)
+    dtype = np.dtype(dtype) if dtype is not None else number_dtype(fill_value)
     if not shape:
         return _zero_d(fill_value, dtype)
     return DiskArray.full(shape, fill_value, dtype, budget=budget)
 
 
 def zeros(shape, *, dtype=None, device=None, budget=None):
-    """A new array of zeros (a sparse file where the file system allows); default float64."""
-    return full(
-        shape,
-        0,
-        dtype=np.dtype(np.float64 if dtype is None else dtype),
-        device=device,
-        budget=budget,
-    )
+    """A new array of zeros (a sparse file where the file system allows), of the
+    default float dtype unless ``dtype`` is given."""
+    return full(shape, 0, dtype=_default_float(dtype), device=device, budget=budget)
 
 
 def ones(shape, *, dtype=None, device=None, budget=None):
-    """A new array of ones; default float64."""
-    return full(
-        shape,
-        1,
-        dtype=np.dtype(np.float64 if dtype is None else dtype),
-        device=device,
-        budget=budget,
-    )
+    """A new array of ones, of the default float dtype unless ``dtype`` is given."""
+    return full(shape, 1, dtype=_default_float(dtype), device=device, budget=budget)
 
 
 def empty(shape, *, dtype=None, device=None, budget=None):
@@ -156,7 +140,8 @@ def empty_like(x, /, *, dtype=None, device=None, budget=None):
 
 
 def arange(start, /, stop=None, step=1, *, dtype=None, device=None, budget=None):
-    """Evenly spaced values in ``[start, stop)``, written block by block (as `np.arange`)."""
+    """Evenly spaced values in ``[start, stop)``, written block by block (as `np.arange`);
+    the default dtype is the default int for ints, else the default float (or complex)."""
     check_device(device)
     if stop is None:
         start, stop = 0, start
@@ -164,7 +149,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None, budget=None)
         raise ValueError("arange: step must not be zero.")
     numbers = (start, stop, step)
     if dtype is None:
-        dtype = np.result_type(*[_default_dtype(v) for v in numbers])
+        dtype = np.result_type(*[number_dtype(v) for v in numbers])
     dtype = np.dtype(dtype)
     n = builtins.max(0, math.ceil((stop - start) / step))
     if dtype.kind in "iu":
@@ -183,14 +168,16 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None, budget=None)
 
 
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True, budget=None):
-    """``num`` evenly spaced values from ``start`` to ``stop`` (as `np.linspace`)."""
+    """``num`` evenly spaced values from ``start`` to ``stop`` (as `np.linspace`), of
+    the default float (or complex) dtype unless ``dtype`` is given; computed in 64
+    bits and rounded once."""
     check_device(device)
     num = operator.index(num)
     if num < 0:
         raise ValueError(f"linspace: num must be non-negative, got {num}.")
     if dtype is None:
         complex_ = isinstance(start, complex) or isinstance(stop, complex)
-        dtype = np.complex128 if complex_ else np.float64
+        dtype = default_dtypes()["complex floating" if complex_ else "real floating"]
     dtype = np.dtype(dtype)
     div = (num - 1) if endpoint else num
     work = np.complex128 if dtype.kind == "c" else np.float64
@@ -210,10 +197,11 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True, bud
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None, budget=None):
-    """A 2-D array with ones on the ``k``-th diagonal and zeros elsewhere."""
+    """A 2-D array with ones on the ``k``-th diagonal and zeros elsewhere (of the
+    default float dtype unless ``dtype`` is given)."""
     check_device(device)
     n_cols = n_rows if n_cols is None else n_cols
-    dtype = np.dtype(np.float64 if dtype is None else dtype)
+    dtype = _default_float(dtype)
 
     def rows(a, b):
         out = np.zeros((b - a, n_cols), dtype)
@@ -261,8 +249,10 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, budget=None):
 
     A `DiskArray` is returned as it is (converted if ``dtype`` differs, copied if
     ``copy=True``); NumPy and JAX arrays, nested sequences and Python scalars are
-    written to a new file (a 0-d one becomes a 0-d JAX array). ``copy=False`` is
-    refused when a copy is needed, as the standard says.
+    written to a new file (a 0-d one becomes a 0-d JAX array). Python numbers and
+    lists of them take the default dtypes (of the widest kind among them), as in
+    ``jax.numpy``; NumPy arrays keep their dtype. ``copy=False`` is refused when a
+    copy is needed, as the standard says.
     """
     check_device(device)
     t = type_of(obj)
@@ -279,14 +269,33 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, budget=None):
         raise ValueError(
             "asarray: copy=False, but a new DiskArray is always a copy of in-memory data."
         )
-    if isinstance(obj, (bool, int, float, complex)) and dtype is None:
-        dtype = _default_dtype(obj)
+    if dtype is None:
+        dtype = _python_numbers_dtype(obj)
     array = np.asarray(obj, dtype=dtype)
     if array.dtype == object or array.dtype.kind in "USVMm":
         raise TypeError(f"asarray: cannot make an array of {array.dtype} values from {obj!r}.")
     if array.shape == ():
         return _zero_d(array, array.dtype)
     return DiskArray.from_numpy(array, budget=budget)
+
+
+def _python_numbers_dtype(obj) -> np.dtype | None:
+    """The default dtype for a Python number or a (nested) list or tuple of them:
+    that of the widest kind among them (bool < int < float < complex), float for an
+    empty list; None when anything else is inside."""
+    kinds = (bool, int, float, complex)  # narrowest first (a bool is an int too)
+    widest, todo = None, [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, (list, tuple)):
+            todo.extend(item)
+            continue
+        kind = next((k for k in kinds if isinstance(item, k)), None)
+        if kind is None:
+            return None
+        if widest is None or kinds.index(kind) > kinds.index(widest):
+            widest = kind
+    return number_dtype((widest or float)(0))
 
 
 def from_dlpack(x, /, *, device=None, copy=None, budget=None):

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._x64 import default_dtypes
 from ._core_axes import core_axes
 from ._creation import arange
 from ._elementwise import astype, divide, subtract, where
@@ -234,7 +235,7 @@ def irfftn(
 
 
 def _freq_dtype(dtype, fn: str) -> np.dtype:
-    dtype = np.dtype(np.float64 if dtype is None else dtype)
+    dtype = default_dtypes()["real floating"] if dtype is None else np.dtype(dtype)
     if dtype.kind != "f":
         raise TypeError(f"{fn}: dtype must be a real floating dtype, got {dtype.name}.")
     return dtype
@@ -249,7 +250,7 @@ def _check_n(n, fn: str) -> int:
 def fftfreq(n: int, /, *, d: float = 1.0, dtype=None, device=None, budget=None):
     """The sample frequencies of an ``n``-point `fft` with sample spacing ``d``:
     ``[0, 1, ..., (n-1)//2, -(n//2), ..., -1] / (d*n)``, a `DiskArray` of ``dtype``
-    (default float64)."""
+    (default: the default float dtype, float32 while ``jax_enable_x64`` is off)."""
     n = _check_n(n, "fftfreq")
     dtype = _freq_dtype(dtype, "fftfreq")
     k = arange(n, dtype=np.int64, device=device, budget=budget)
@@ -259,7 +260,7 @@ def fftfreq(n: int, /, *, d: float = 1.0, dtype=None, device=None, budget=None):
 
 def rfftfreq(n: int, /, *, d: float = 1.0, dtype=None, device=None, budget=None):
     """The sample frequencies of an ``n``-point `rfft` with sample spacing ``d``:
-    ``[0, 1, ..., n//2] / (d*n)``, a `DiskArray` of ``dtype`` (default float64)."""
+    ``[0, 1, ..., n//2] / (d*n)``, a `DiskArray` of ``dtype`` (default as `fftfreq`'s)."""
     n = _check_n(n, "rfftfreq")
     dtype = _freq_dtype(dtype, "rfftfreq")
     k = arange(n // 2 + 1, dtype=np.int64, device=device, budget=budget)

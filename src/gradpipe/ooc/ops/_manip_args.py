@@ -14,7 +14,7 @@ import numpy as np
 
 from .._array import DiskArray, _is_concrete
 from .._hijax import type_of
-from .._promotion import check_x64
+from .._promotion import canonical_dtype
 
 __all__ = [
     "array_list",
@@ -50,8 +50,9 @@ def is_disk(*xs) -> bool:
 
 
 def in_memory(values, dtype) -> list:
-    """``values`` as JAX arrays of NumPy's promoted ``dtype`` (64-bit needs x64)."""
-    check_x64(dtype, "the result")
+    """``values`` as JAX arrays of NumPy's promoted ``dtype``, as JAX holds it (32-bit
+    for 64-bit while x64 is off, as ``jax.numpy`` computes)."""
+    dtype = canonical_dtype(dtype)
     return [jnp.asarray(v, dtype) for v in values]
 
 

@@ -3,7 +3,8 @@
 A reduction loops over the output's tiles with the reduced axes as its reduction
 loop: each step reduces one input block and `combine` folds the partial into the
 output tile, so only output tiles and one input block are ever in memory. All axes
-reduced without ``keepdims`` give a 0-d JAX array (the usual loss). With no
+reduced without ``keepdims`` give a 0-d JAX array (the usual loss), of a 32-bit
+dtype for a 64-bit one while ``jax_enable_x64`` is off (see `_x64`). With no
 `DiskArray` argument the function runs in memory on ``jax.numpy``, with the same
 dtypes.
 """
@@ -18,7 +19,8 @@ import numpy as np
 from .._handles import ConstantFile
 from .._hijax import type_of
 from .._op import BlockParallelOp, apply, frozen
-from .._promotion import check_x64, is_differentiable, to_primal_dtype
+from .._promotion import canonical_dtype, is_differentiable, to_primal_dtype
+from .._x64 import accumulation_dtype
 
 __all__ = ["Logical", "Max", "Mean", "Min", "Sum", "all", "any", "max", "mean", "min", "sum"]
 
@@ -49,8 +51,9 @@ def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
 
 def accumulated_dtype(name: str, dx, dtype) -> np.dtype:
     """The dtype of ``sum``/``prod``/``cumulative_sum``... of ``dx`` values: ``dtype``
-    when given, else NumPy's (and the standard's): bools and signed ints give int64,
-    unsigned ints uint64, floating types keep theirs."""
+    when given, else NumPy's: bools and signed ints give int64, unsigned ints
+    uint64, floating types keep theirs. (The public functions pass the default of
+    `default_accumulation`, which follows ``jax_enable_x64``.)"""
     if dtype is not None:
         try:
             return np.dtype(dtype)
@@ -224,6 +227,10 @@ class Max(Reduction):
         (x,) = inputs
         if not wants[0]:
             return [None]
+        if output.dtype != x.dtype:
+            # a 0-d extremum JAX holds rounded (x64 off) equals no element: the exact
+            # one again, so ties are found
+            output = driver.forward(self, [x])
         count = driver.forward(_CountEqual(self.axes, self.keepdims), [x, output])
         return [driver.forward(_TieShare(self.axes, self.keepdims), [x, output, g, count])]
 
@@ -311,8 +318,7 @@ def reduce(make, x, axis, budget, in_memory=None):
         return apply(make(normalize_axes(axis, len(t.shape))), x, budget=budget)
     x = jnp.asarray(x)
     op = make(normalize_axes(axis, x.ndim))
-    dtype = np.dtype(op.output_dtype(x.dtype))
-    check_x64(dtype, f"the result of {op.name}")
+    dtype = canonical_dtype(op.output_dtype(x.dtype))  # jax.numpy computed in 32 bits
     if isinstance(op, Accumulation):
         x = x.astype(dtype)
     fn = in_memory or getattr(jnp, op.name)
@@ -321,6 +327,17 @@ def reduce(make, x, axis, budget, in_memory=None):
 
 def dtype_str(name, dtype):
     return None if dtype is None else accumulated_dtype(name, None, dtype).str
+
+
+def default_accumulation(name, x, dtype) -> str | None:
+    """The ``dtype`` parameter of a sum or product of ``x``: ``dtype`` when given,
+    else for bools and ints the default of `accumulation_dtype` (which follows
+    ``jax_enable_x64`` now, when the function is called), else None (kept)."""
+    if dtype is not None:
+        return dtype_str(name, dtype)
+    t = type_of(x)
+    dx = t.dtype if t is not None else jnp.asarray(x).dtype
+    return accumulation_dtype(dx).str if np.dtype(dx).kind in "biu" else None
 
 
 def _refuse_empty(name, shape, dtype, axes):
@@ -338,19 +355,22 @@ def sum(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None):
 
     **Arguments:**
 
-    - `dtype`: the result's dtype (the sum is computed in it); by default the
-      standard's: bools and signed ints give int64, unsigned ints uint64.
+    - `dtype`: the result's dtype (the sum is computed in it); by default
+      ``jax.numpy``'s: bools and signed ints give the default int (int32 while
+      ``jax_enable_x64`` is off, int64 while on; int64 stays int64), unsigned ints
+      the unsigned int of its width; floating types keep theirs.
     - `keepdims`: keep the reduced axes, with size 1.
 
     **Returns:** a `DiskArray`, or a 0-d JAX array when every axis is reduced
     without ``keepdims`` (the form a loss takes).
     """
-    d = dtype_str("sum", dtype)
+    d = default_accumulation("sum", x, dtype)
     return reduce(lambda axes: Sum(axes, bool(keepdims), d), x, axis, budget)
 
 
 def mean(x, /, *, axis=None, keepdims: bool = False, budget=None):
-    """Mean of ``x`` over ``axis``, out of core; see `sum`. Ints and bools give float64."""
+    """Mean of ``x`` over ``axis``, out of core; see `sum`. Ints and bools give float64,
+    as in NumPy (a 0-d mean becomes a float32 JAX value while x64 is off)."""
     t = type_of(x)
     shape = t.shape if t is not None else np.shape(x)
 

@@ -1,8 +1,11 @@
 """The searching functions of the array API standard (argmax, argmin, count_nonzero,
 searchsorted), out of core. (`where` is elementwise: `_elementwise`.)
 
-Their results are indices or counts in the default index dtype, int64, and carry no
-gradient: as for JAX's integer outputs, `jax.grad` through them gives zero.
+Their results are indices or counts in the default index dtype (int32 while
+``jax_enable_x64`` is off, int64 while on, as in ``jax.numpy``), and carry no
+gradient: as for JAX's integer outputs, `jax.grad` through them gives zero. The
+dtype is chosen when the function is called (`index_dtype`) and held by the
+operation; an index that would not fit in it is refused.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ import numpy as np
 from .._budget import plan_tiles
 from .._hijax import type_of
 from .._op import BlockParallelOp, CustomOp, apply, frozen
-from .._promotion import check_x64
+from .._x64 import index_dtype
 from ._reduce import Reduction, normalize_axes, reduce
 
 __all__ = ["argmax", "argmin", "count_nonzero", "searchsorted"]
 
-_INDEX = np.dtype(np.int64)
+_INDEX = np.dtype(np.int64)  # what indices are computed in, before the result's dtype
 
 
 # ---------------------------------------------------------------- argmax, argmin
@@ -52,6 +55,7 @@ class ArgExtremum(CustomOp):
     kind: str
     axis: int | None
     keepdims: bool = False
+    index: str = _INDEX.str
 
     @property
     def name(self) -> str:
@@ -67,7 +71,7 @@ class ArgExtremum(CustomOp):
         )
 
     def output_dtype(self, dx):
-        return _INDEX
+        return np.dtype(self.index)
 
     def _block_best(self, block, region, shape, axes):
         """The best value and its index over the reduced axes of one block."""
@@ -92,7 +96,8 @@ class ArgExtremum(CustomOp):
 
         tile = [max(t, 1) for t in plan_tiles(shape, bytes_for, driver.budget, what=self.name)]
         out_shape = self.output_shape(shape)
-        out = driver.allocate(out_shape, _INDEX) if out_shape else None
+        dtype = self.output_dtype(x.dtype)
+        out = driver.allocate(out_shape, dtype) if out_shape else None
         grid = [range(0, n, t) for n, t in zip(shape, tile)]
         kept_grid = [[0] if a in axes else g for a, g in enumerate(grid)]
         result = None
@@ -111,7 +116,7 @@ class ArgExtremum(CustomOp):
                         take = _better(self.kind, v, i, best_v, best_i)
                         best_v, best_i = np.where(take, v, best_v), np.where(take, i, best_i)
                 if out is None:
-                    result = np.asarray(best_i, _INDEX).reshape(())
+                    result = np.asarray(best_i, dtype).reshape(())
                     continue
                 if self.keepdims:
                     best_i = np.expand_dims(best_i, axes)
@@ -120,7 +125,7 @@ class ArgExtremum(CustomOp):
                     for a, (s, t, n) in enumerate(zip(corner, tile, shape))
                     if self.keepdims or a not in axes
                 )
-                out.write(out_r, best_i)
+                out.write(out_r, best_i.astype(dtype))
         except BaseException:
             if out is not None:
                 out.discard()
@@ -138,19 +143,19 @@ def _arg(kind, x, axis, keepdims, budget):
         (axis,) = normalize_axes(axis, len(shape))
     if math.prod(shape) == 0 and (axis is None or shape[axis] == 0):
         raise ValueError(f"{name}: attempt to get {name} of an empty sequence (shape {shape}).")
+    index = index_dtype(math.prod(shape) if axis is None else shape[axis], name)
     if t is None:
-        check_x64(_INDEX, f"the result of {name}")
         fn = jnp.argmax if kind == "max" else jnp.argmin
-        return jnp.asarray(fn(jnp.asarray(x), axis=axis, keepdims=bool(keepdims)), _INDEX)
-    return apply(ArgExtremum(kind, axis, bool(keepdims)), x, budget=budget)
+        return jnp.asarray(fn(jnp.asarray(x), axis=axis, keepdims=bool(keepdims)), index)
+    return apply(ArgExtremum(kind, axis, bool(keepdims), index.str), x, budget=budget)
 
 
 def argmax(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None):
     """The index of the first maximum of ``x`` along ``axis`` (``None``: of the
     flattened array), out of core; a NaN is the maximum, as in NumPy.
 
-    **Returns:** an int64 `DiskArray`, or a 0-d JAX array (``jax_enable_x64`` on).
-    No gradient.
+    **Returns:** a `DiskArray` of the default index dtype (int32 while
+    ``jax_enable_x64`` is off, int64 while on), or a 0-d JAX array. No gradient.
     """
     return _arg("max", x, axis, keepdims, budget)
 
@@ -165,25 +170,32 @@ def argmin(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None
 
 @frozen
 class CountNonzero(Reduction):
-    """How many elements along ``axes`` are nonzero (NaN is), as int64."""
+    """How many elements along ``axes`` are nonzero (NaN is), as ``index`` ints."""
+
+    index: str = _INDEX.str
 
     @property
     def name(self) -> str:
         return "count_nonzero"
 
     def output_dtype(self, dx):
-        return _INDEX
+        return np.dtype(self.index)
 
     def forward_block(self, x):
-        return np.sum(x != 0, axis=self.axes, keepdims=self.keepdims, dtype=_INDEX)
+        return np.sum(x != 0, axis=self.axes, keepdims=self.keepdims, dtype=self.index)
 
 
 def count_nonzero(x, /, *, axis=None, keepdims: bool = False, budget=None):
     """The number of nonzero elements of ``x`` along ``axis``, out of core.
 
-    **Returns:** an int64 `DiskArray`, or a 0-d JAX array (``jax_enable_x64`` on).
+    **Returns:** a `DiskArray` of the default index dtype (see `argmax`), or a 0-d
+    JAX array.
     """
-    return reduce(lambda axes: CountNonzero(axes, bool(keepdims)), x, axis, budget)
+    t = type_of(x)
+    shape = t.shape if t is not None else np.shape(x)
+    size = math.prod(shape[a] for a in normalize_axes(axis, len(shape)))
+    index = index_dtype(size, "count_nonzero").str
+    return reduce(lambda axes: CountNonzero(axes, bool(keepdims), index), x, axis, budget)
 
 
 # ---------------------------------------------------------------- searchsorted
@@ -198,6 +210,7 @@ class SearchSorted(BlockParallelOp):
 
     side: str = "left"
     sort_tiles: bool = False
+    index: str = _INDEX.str
 
     @property
     def name(self) -> str:
@@ -207,7 +220,7 @@ class SearchSorted(BlockParallelOp):
         return s2
 
     def output_dtype(self, d1, d2):
-        return _INDEX
+        return np.dtype(self.index)
 
     def reduction_shape(self, s1, s2):
         return s1
@@ -217,7 +230,7 @@ class SearchSorted(BlockParallelOp):
 
     def forward_block(self, a, v):
         a = np.sort(a) if self.sort_tiles else a
-        return np.searchsorted(a, v, side=self.side).astype(_INDEX)
+        return np.searchsorted(a, v, side=self.side).astype(self.index)
 
 
 def searchsorted(x1, x2, /, *, side: str = "left", sorter=None, budget=None):
@@ -229,7 +242,8 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None, budget=None):
     order, so with a ``sorter`` each tile of ``x1`` is sorted in memory instead of
     gathering ``x1[sorter]``; ``sorter`` itself is not read.
 
-    **Returns:** an int64 array shaped like ``x2`` (a 0-d JAX array for a scalar).
+    **Returns:** an array of the default index dtype (see `argmax`) shaped like
+    ``x2`` (a 0-d JAX array for a scalar).
     """
     if side not in ("left", "right"):
         raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}.")
@@ -244,13 +258,13 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None, budget=None):
             raise ValueError(
                 f"searchsorted: sorter must have x1's shape {tuple(s1)}, got {tuple(s_shape)}."
             )
+    index = index_dtype(s1[0], "searchsorted")
     if t1 is None and t2 is None:
-        check_x64(_INDEX, "the result of searchsorted")
         out = jnp.searchsorted(jnp.asarray(x1), jnp.asarray(x2), side=side, sorter=sorter)
-        return jnp.asarray(out, _INDEX)
+        return jnp.asarray(out, index)
     if t1 is None:
         raise TypeError(
             "searchsorted: x1 must be a DiskArray when x2 is one (convert it with "
             "DiskArray.from_numpy)."
         )
-    return apply(SearchSorted(side, sorter is not None), x1, x2, budget=budget)
+    return apply(SearchSorted(side, sorter is not None, index.str), x1, x2, budget=budget)

@@ -5,7 +5,8 @@ allows; every line is sorted in memory (NumPy's stable sort) and written back. A
 array whose single line along the axis does not fit in the budget is refused with a
 `MemoryError` that says so: an external sort that merges runs across tiles is not
 built. `sort` is differentiable (its gradient puts each cotangent back where its
-value came from, as `jax.numpy.sort`'s does); `argsort` returns int64 indices, which
+value came from, as `jax.numpy.sort`'s does); `argsort` returns indices of the
+default index dtype (int32 while ``jax_enable_x64`` is off, int64 while on), which
 carry no gradient.
 """
 
@@ -19,6 +20,7 @@ from .._budget import plan_tiles
 from .._hijax import type_of
 from .._op import CustomOp, apply, frozen
 from .._promotion import to_primal_dtype
+from .._x64 import index_dtype
 from ._reshape import tile_regions
 
 __all__ = ["argsort", "sort"]
@@ -41,6 +43,7 @@ class _SortLines(CustomOp):
     axis: int
     descending: bool
     indices: bool
+    index: str = "<i8"  # the dtype of the indices argsort gives
 
     @property
     def name(self) -> str:
@@ -50,7 +53,7 @@ class _SortLines(CustomOp):
         return shape
 
     def output_dtype(self, dtype):
-        return np.dtype(np.int64) if self.indices else dtype
+        return np.dtype(self.index) if self.indices else dtype
 
     def _tiles(self, driver, shape, itemsize: int):
         """Regions of whole lines along the axis, as many lines as the budget allows."""
@@ -79,7 +82,10 @@ class _SortLines(CustomOp):
             for region in self._tiles(driver, x.shape, x.dtype.itemsize):
                 block = driver.read(x, region)
                 order = _line_order(block, self.axis, self.descending)
-                result = order if self.indices else np.take_along_axis(block, order, self.axis)
+                if self.indices:
+                    result = order.astype(self.index, copy=False)
+                else:
+                    result = np.take_along_axis(block, order, self.axis)
                 out.write(region, np.ascontiguousarray(result))
         return out
 
@@ -112,7 +118,8 @@ def _sort(x, axis, descending, stable, indices, budget):
     if not -nd <= axis < nd:
         raise np.exceptions.AxisError(axis, nd)
     # every sort here is stable: `stable=False` allows any order of ties, stable included
-    return apply(_SortLines(axis % nd, bool(descending), indices), x, budget=budget)
+    index = index_dtype(t.shape[axis], name).str
+    return apply(_SortLines(axis % nd, bool(descending), indices, index), x, budget=budget)
 
 
 def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True, budget=None):
@@ -127,5 +134,6 @@ def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True,
 
 
 def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True, budget=None):
-    """The int64 indices that sort ``x`` along ``axis`` (see `sort`); no gradient."""
+    """The indices that sort ``x`` along ``axis`` (see `sort`), of the default index
+    dtype (int32 while ``jax_enable_x64`` is off, int64 while on); no gradient."""
     return _sort(x, axis, descending, stable, True, budget)

@@ -22,7 +22,8 @@ from .._budget import plan_tiles
 from .._hijax import type_of
 from .._kernel import run_forward, run_vjp
 from .._op import CustomOp, apply, frozen
-from .._promotion import check_x64, is_differentiable, to_primal_dtype
+from .._promotion import canonical_dtype, is_differentiable, to_primal_dtype
+from .._x64 import jax_value_dtype
 from ._blockwise import blockwise
 from ._reduce import (
     Accumulation,
@@ -31,7 +32,7 @@ from ._reduce import (
     accumulated_dtype,
     all,
     any,
-    dtype_str,
+    default_accumulation,
     max,
     mean,
     min,
@@ -127,7 +128,7 @@ def prod(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None):
 
     Its gradient is JAX's: the product of the other elements (zeros included).
     """
-    d = dtype_str("prod", dtype)
+    d = default_accumulation("prod", x, dtype)
     return reduce(lambda axes: Prod(axes, bool(keepdims), d), x, axis, budget)
 
 
@@ -204,15 +205,38 @@ def var(x, /, *, axis=None, correction: int | float = 0.0, keepdims: bool = Fals
     if t is None:
         v = jnp.asarray(x)
         axes = normalize_axes(axis, v.ndim)
-        dtype = np.var(np.zeros(2, v.dtype)).dtype
-        check_x64(dtype, "the result of var")
+        dtype = canonical_dtype(np.var(np.zeros(2, v.dtype)).dtype)
         out = jnp.var(v, axis=axes, correction=correction, keepdims=bool(keepdims))
         return jnp.asarray(out, dtype)
     axes = normalize_axes(axis, len(t.shape))
+    if _rounded_scalar(t, axes, keepdims):
+        v = var(x, axis=axes, correction=correction, keepdims=True, budget=budget)
+        return _only_element(v, "var")
     n = math.prod(t.shape[a] for a in axes)
     m = mean(x, axis=axes, keepdims=keepdims, budget=budget)
     op = _SquaredDeviations(axes, bool(keepdims), divisor=float(n - correction))
     return apply(op, x, m, budget=budget)
+
+
+def _rounded_scalar(t, axes, keepdims) -> bool:
+    """Whether var over ``axes`` of an array of type ``t`` is a 0-d result that JAX
+    holds in fewer bits than NumPy's dtype (x64 off). Then it is computed with
+    ``keepdims`` and its one element taken: a mean rounded to 32 bits would shift
+    every deviation from it (and std's square root would round twice)."""
+    if keepdims or not t.shape or len(axes) < len(t.shape):
+        return False
+    dtype = np.var(np.zeros(2, t.dtype)).dtype
+    return canonical_dtype(dtype) != dtype
+
+
+def _only_element(v, what: str):
+    """The one element of a DiskArray of shape ``(1, ..., 1)``, as a 0-d JAX value
+    (the result of ``what``)."""
+    from ._layout import getitem
+
+    t = type_of(v)
+    jax_value_dtype(t.dtype, what)  # the warning names the function called
+    return getitem(v, (0,) * len(t.shape))
 
 
 def _sqrt(xp, v):
@@ -222,6 +246,12 @@ def _sqrt(xp, v):
 def std(x, /, *, axis=None, correction: int | float = 0.0, keepdims: bool = False, budget=None):
     """Standard deviation of ``x`` over ``axis``: the square root of `var` (same
     arguments), out of core; differentiable, as ``jnp.std``."""
+    t = type_of(x)
+    if t is not None:
+        axes = normalize_axes(axis, len(t.shape))
+        if _rounded_scalar(t, axes, keepdims):
+            s = std(x, axis=axes, correction=correction, keepdims=True, budget=budget)
+            return _only_element(s, "std")
     v = var(x, axis=axis, correction=correction, keepdims=keepdims, budget=budget)
     return blockwise(_sqrt, "std", v, budget=budget)
 
@@ -378,11 +408,10 @@ def _cumulative(kind, x, axis, dtype, include_initial, budget):
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
         raise TypeError(f"{name}: axis must be an int or None, got {axis!r}.")
     (axis,) = normalize_axes(axis, len(shape))
-    op = Cumulative(kind, axis, bool(include_initial), dtype_str(name, dtype))
+    op = Cumulative(kind, axis, bool(include_initial), default_accumulation(name, x, dtype))
     if t is None:
         v = jnp.asarray(x)
-        out_dtype = np.dtype(op.output_dtype(v.dtype))
-        check_x64(out_dtype, f"the result of {name}")
+        out_dtype = canonical_dtype(op.output_dtype(v.dtype))
         fn = jnp.cumulative_sum if kind == "sum" else jnp.cumulative_prod
         return fn(v.astype(out_dtype), axis=axis, include_initial=bool(include_initial))
     return apply(op, x, budget=budget)
