@@ -17,7 +17,8 @@ Contenders:
 
 - ``numpy``: the chain in NumPy on ``X`` loaded in memory (load not timed): the floor.
 - ``numpy-memmap``: the same on ``np.load(..., mmap_mode="r")``.
-- ``dask``: ``da.from_array`` on an ``np.load(mmap_mode="r")`` memmap in chunks of
+- ``dask``: ``da.from_array`` on an ``np.load(mmap_mode="r")`` memmap (behind a
+  wrapper that keeps dask from copying it into memory first: `_dask_input`) in chunks of
   whole rows, as many rows as make a chunk about budget/8 bytes (dask holds a few
   chunks per thread: the input block and each live intermediate), threaded
   scheduler, ``.compute()`` of the mean.
@@ -177,7 +178,9 @@ def worker(name: str, d: Path, budget_mib: int) -> dict:
             import dask
             import dask.array as da
 
-            chain = _chain(da, da.from_array(X, chunks=(_row_chunk(X.shape[1], budget_mib), -1)))
+            from _dask_input import from_npy
+
+            chain = _chain(da, from_npy(xpath, chunks=(_row_chunk(X.shape[1], budget_mib), -1)))
             with dask.config.set(scheduler="threads"):
                 small = _chain(da, da.from_array(np.ones((256, 256), np.float32), chunks=64))
                 float(small.compute())  # one-time costs (the thread pool) first

@@ -107,14 +107,16 @@ def worker(name: str, d: Path, n: int, budget_mib: int, repeats: int) -> dict:
         import dask
         import dask.array as da
 
+        from _dask_input import from_npy
+
         shape = np.load(d / f"{fa}.npy", mmap_mode="r").shape
         if batched:  # whole matrices, as many as fit the budget
             chunks = (_batch_chunk(shape[-1], budget_mib), *shape[1:])
         else:
             chunks = (_chunk(n, budget_mib),) * 2
         for _ in range(repeats):
-            a = da.from_array(np.load(d / f"{fa}.npy", mmap_mode="r"), chunks=chunks)
-            b = da.from_array(np.load(d / f"{fb}.npy", mmap_mode="r"), chunks=chunks)
+            a = from_npy(d / f"{fa}.npy", chunks=chunks)  # read through the map, not copied
+            b = from_npy(d / f"{fb}.npy", chunks=chunks)
             out = np.lib.format.open_memmap(d / f"c_{name}.npy", "w+", np.float32, shape)
             t = time.perf_counter()
             with dask.config.set(scheduler="threads"):

@@ -51,6 +51,9 @@ class Step:
 class Input:
     shape: tuple[int, ...]
     dtype: str
+    #: held in memory as a JAX array (a parameter), not on disk: traced under jit
+    #: and grad, it enters every out-of-core operation as a resident operand
+    resident: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,12 +82,16 @@ class Program:
     def run(self, xp, *inputs) -> list:
         values = list(inputs)
         for step in self.steps:
-            values.append(step.fn(xp, *(values[a] for a in step.args)))
+            args = [values[a] for a in step.args]
+            values.append(step.fn(_namespace(xp, args), *args))
         return [values[i] for i in self.outputs]
 
     def __str__(self) -> str:
         lines = [f"budget {self.budget} B, values jit={self.jit_values}, grad jit={self.jit_grad}"]
-        lines += [f"v{i} = input {x.shape} {x.dtype}" for i, x in enumerate(self.inputs)]
+        lines += [
+            f"v{i} = input {x.shape} {x.dtype}" + (" (JAX, in memory)" if x.resident else "")
+            for i, x in enumerate(self.inputs)
+        ]
         k = len(self.inputs)
         lines += [
             f"v{k + j} = " + s.text.format(*(f"v{a}" for a in s.args))
@@ -92,6 +99,14 @@ class Program:
         ]
         lines.append("outputs: " + ", ".join(f"v{i}" for i in self.outputs))
         return "\n".join(lines)
+
+
+def _namespace(xp, args):
+    """The namespace a step runs in: gradpipe.ooc where a DiskArray is among its
+    operands, else jax.numpy (a step on in-memory parameters alone is JAX code)."""
+    if xp is ooc and not any(type_of(a) is not None for a in args):
+        return jnp
+    return xp
 
 
 def persist(xp, x):
@@ -743,7 +758,8 @@ def programs(draw, max_steps: int = 8) -> Program:
         # later inputs broadcast against the first: trailing axes, some set to 1
         tail = first[len(first) - draw(st.integers(0, len(first))) :]
         shape = tuple(draw(st.sampled_from([1, d])) for d in tail)
-        inputs.append(Input(shape, draw(st.sampled_from(kinds))))
+        resident = bool(shape) and draw(st.booleans())
+        inputs.append(Input(shape, draw(st.sampled_from(kinds)), resident))
     env = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
     steps = []
     builders = sorted(BUILDERS, key=lambda b: b.__name__)
@@ -799,14 +815,16 @@ def _close(got, want, what: str, precision: str = "float64") -> None:
         np.testing.assert_array_equal(got, want, err_msg=what)
 
 
-def _loss(xp, run, weights: Sequence, inputs: Sequence):
-    """Sum of each float output times its fixed weights: every output's gradient."""
+def _loss(xp, run, weights: Sequence, inputs: Sequence, disk_weights: Sequence = ()):
+    """Sum of each float output times its fixed weights: every output's gradient.
+    An output on disk is weighted by ``disk_weights`` (the weights as DiskArrays)."""
     total = 0.0
-    for out, w in zip(run(xp, *inputs), weights):
+    disk_weights = disk_weights or weights
+    for out, w, dw in zip(run(xp, *inputs), weights, disk_weights):
         if w is None:
             continue
         if xp is ooc and type_of(out) is not None:
-            total = total + ooc.sum(ooc.multiply(out, w))
+            total = total + ooc.sum(ooc.multiply(out, dw))
         else:
             total = total + jnp.sum(out * w)
     return total
@@ -825,6 +843,7 @@ def check(program: Program, seed: int = 0) -> None:
         precision=program.precision,
         names=[f"v{i}" for i in program.outputs],
         seed=seed,
+        resident=[x.resident for x in program.inputs],
     )
 
 
@@ -838,11 +857,13 @@ def compare(
     precision: str = "float64",
     names: Sequence[str] | None = None,
     seed: int = 0,
+    resident: Sequence[bool] = (),
 ) -> None:
     """``run(xp, *arrays)`` (a list of outputs) with ``xp = gradpipe.ooc`` on
     DiskArrays under `budget` against ``xp = jax.numpy`` in memory, x64 on: the
     outputs' values and dtypes, then the value and gradient of a weighted sum of the
-    float outputs with respect to every float input."""
+    float outputs with respect to every float input. Arrays marked ``resident``
+    are passed as JAX arrays (parameters held in memory), not DiskArrays."""
     rng = np.random.default_rng(seed)
     floats = tuple(i for i, a in enumerate(arrays) if a.dtype.kind == "f")
     with jax.enable_x64(True):
@@ -860,7 +881,10 @@ def compare(
 
         want_grad = jax.value_and_grad(reference, argnums=floats)(*arrays) if floats else None
         with ooc.MemoryBudget(budget):
-            disk = [ooc.DiskArray.from_numpy(a) for a in arrays]
+            held = list(resident) + [False] * (len(arrays) - len(resident))
+            disk = [
+                jnp.asarray(a) if r else ooc.DiskArray.from_numpy(a) for a, r in zip(arrays, held)
+            ]
             values = lambda *xs: run(ooc, *xs)
             got = (jax.jit(values) if jit_values else values)(*disk)
             for name, g, w in zip(names, got, want):
@@ -872,7 +896,7 @@ def compare(
             ]
 
             def loss(ws, *xs):
-                return _loss(ooc, run, ws, xs)
+                return _loss(ooc, run, weights, xs, ws)
 
             grad = jax.value_and_grad(loss, argnums=tuple(i + 1 for i in floats))
             if jit_grad:

@@ -25,8 +25,10 @@ def close(a, b):
 
 
 def requests_delta(remote, action):
+    """The requests ``action`` made. JAX dispatches asynchronously: its callbacks may
+    still be running when a call returns, so every result is waited for on both sides."""
     before = remote.stats()["requests"]
-    result = action()
+    result = jax.block_until_ready(action())
     after = remote.stats()["requests"]
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     return result, {k: v for k, v in delta.items() if v}
@@ -49,7 +51,7 @@ def test_grad(remote, wrap):
 
 def test_value_and_grad_makes_exactly_two_requests(remote):
     vg = jax.value_and_grad(lambda x: loss(remote, x, W, A))
-    vg(X)  # the first call also asks /abstract_eval once for these shapes
+    jax.block_until_ready(vg(X))  # the first call also asks /abstract_eval once
     (value, grad), delta = requests_delta(remote, lambda: vg(X + 1))
     assert delta == {"apply": 1, "vjp": 1}
     want_value, want_grad = jax.value_and_grad(lambda x: loss(forward, x, W, A))(X + 1)
@@ -60,9 +62,9 @@ def test_grad_bytes_are_input_plus_cotangent(remote):
     x = jnp.asarray(RNG.normal(size=100_000).astype(np.float32))
     a = jnp.zeros_like(x)
     vg = jax.value_and_grad(lambda x: loss(remote, x, W, a))
-    vg(x)
+    jax.block_until_ready(vg(x))  # (JAX dispatches asynchronously)
     before = remote.client.bytes_sent
-    vg(x * 2)
+    jax.block_until_ready(vg(x * 2))
     sent = remote.client.bytes_sent - before
     payload = x.nbytes * 2 + a.nbytes  # forward: x and a; backward: the cotangent of y
     assert sent <= 1.1 * payload

@@ -427,6 +427,23 @@ def describe(f, name_leaf=None) -> str:
     return _formula(f, name_leaf)
 
 
+def leaves(f) -> list:
+    """The arrays behind ``f``: the stored files and in-memory operands a chain
+    reads, or ``[f]`` for a stored array (none for a 0-d value)."""
+    out, stack, seen = [], [f], set()
+    while stack:
+        g = stack.pop()
+        if isinstance(g, (np.ndarray, Unread)) or id(g) in seen:
+            continue
+        seen.add(id(g))
+        if isinstance(g, ChainFile) and g.stored is None:
+            if g.node is not None:
+                stack.extend(g.node.sources)
+            continue
+        out.append(g.stored if isinstance(g, ChainFile) else g)
+    return out
+
+
 def _formula(g, name_leaf) -> str:
     if isinstance(g, np.ndarray):
         return str(g) if g.size == 1 else f"array{list(g.shape)}"

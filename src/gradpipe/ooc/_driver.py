@@ -22,6 +22,7 @@ from ._allocator import use_mmap_for_tiles
 from ._budget import MemoryBudget, default_page_shape
 from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor, too_deep
 from ._executor import current_executor
+from ._resident import InMemoryResult, is_resident
 from ._storage import PagedFile, Region
 from ._tile_plan import first_tile, passes, stage_of, tile_plan
 from ._tile_reads import plan_steps, prefetched, take, tile_count
@@ -39,7 +40,7 @@ def set_progress(enabled: bool) -> None:
     _progress[0] = bool(enabled)
 
 
-Value = PagedFile | np.ndarray  # an array file, or a 0-d in-memory value
+Value = PagedFile | np.ndarray  # an array file (or resident operand), or a 0-d value
 
 
 class Store:
@@ -226,8 +227,10 @@ class Driver:
             return fused
         plan = self._plan(op, inputs, "forward")
         dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
-        write = math.prod(plan[0]) * dtype.itemsize if plan[0] else 0
-        with stage_of(op, "forward", inputs, plan, write, self._bytes_for):
+        on_disk = plan[0] and not getattr(op, "in_memory_output", False)
+        write = math.prod(plan[0]) * dtype.itemsize if on_disk else 0
+        summed = (f"output {dtype.name}{list(plan[0])}",) if plan[0] and not on_disk else ()
+        with stage_of(op, "forward", inputs, plan, write, self._bytes_for, summed=summed):
             return self._forward(op, inputs, plan, dtype)
 
     def _forward(self, op, inputs, plan, dtype) -> Value:
@@ -235,9 +238,15 @@ class Driver:
         out_shape, red_shape, tile = plan
         page = tile[: len(out_shape)]
         path = getattr(op, "path", None) if isinstance(op, Store) else None
-        out = PagedFile.create(out_shape, dtype, page, path=path) if out_shape else None
+        executor = current_executor()
+        in_memory = getattr(op, "in_memory_output", False)
+        if not out_shape:
+            out = None
+        elif in_memory and executor is None:
+            out = InMemoryResult(out_shape, dtype)
+        else:  # (a cluster's workers write into a file, read back below if in memory)
+            out = PagedFile.create(out_shape, dtype, page, path=path)
         try:
-            executor = current_executor()
             if executor is not None:
                 acc = executor.forward(self, op, inputs, plan, dtype, out)
             else:
@@ -256,6 +265,8 @@ class Driver:
             raise
         if out is None:
             return np.asarray(acc, dtype)
+        if in_memory and isinstance(out, PagedFile):
+            return out.commit().read(None)
         return out.commit()
 
     def forward_steps(self, op, inputs, step_iter, out, dtype, total=0):
@@ -319,9 +330,12 @@ class Driver:
         """
         plan = self._plan(op, inputs, "backward", g)
         write = sum(
-            math.prod(v.shape) * np.dtype(v.dtype).itemsize for v, w in zip(inputs, wants) if w
+            math.prod(v.shape) * np.dtype(v.dtype).itemsize
+            for v, w in zip(inputs, wants)
+            if w and not is_resident(v)
         )
-        with stage_of(op, "backward", inputs, plan, write, self._bytes_for, g=g):
+        summed = [v for v, w in zip(inputs, wants) if w and is_resident(v)]
+        with stage_of(op, "backward", inputs, plan, write, self._bytes_for, g=g, summed=summed):
             return self._backward(op, inputs, output, g, wants, plan)
 
     def _backward(self, op, inputs, output, g, wants, plan) -> list[Value | None]:
@@ -332,8 +346,8 @@ class Driver:
         for v, w, r in zip(inputs, wants, first_regions):
             if not w:
                 grads.append(None)
-            elif v.shape == ():
-                grads.append(np.zeros((), v.dtype))
+            elif v.shape == () or is_resident(v):  # summed in memory
+                grads.append(np.zeros(v.shape, v.dtype))
             else:
                 page = tuple(s.stop - s.start for s in r)
                 grads.append(PagedFile.create(v.shape, v.dtype, page))
@@ -356,7 +370,8 @@ class Driver:
 
     def backward_steps(self, op, inputs, extra, step_iter, grads, shared=None, total=0):
         """Run ``op`` backward over ``step_iter``, adding each step's input gradients
-        into ``grads`` (files, or 0-d arrays replaced by their sums); a region written
+        into ``grads`` (files; in-memory arrays for resident operands, added to in
+        place; 0-d arrays, replaced by their sums); a region written
         for the first time by this call is written without reading it back.
 
         ``shared`` (one set of region keys per input) names regions that other
@@ -381,10 +396,14 @@ class Driver:
                 for i, (gr, part) in enumerate(zip(grads, parts)):
                     if gr is None or part is None:
                         continue
-                    if isinstance(gr, np.ndarray):
-                        grads[i] = np.asarray(gr + np.sum(part), gr.dtype)
-                        continue
                     r = regions[i]
+                    if isinstance(gr, np.ndarray):
+                        if gr.ndim:  # a resident operand's gradient, held in memory
+                            view = gr[r]
+                            view += part
+                        else:
+                            grads[i] = np.asarray(gr + np.sum(part), gr.dtype)
+                        continue
                     key = tuple((s.start, s.stop) for s in r)
                     if shared is not None and key in shared[i]:
                         have = kept[i].get(key)

@@ -23,7 +23,9 @@ class Plan:
     - `stages`: one `Stage` per tiled pass: its operation and phase (``forward``,
       ``backward``, or ``forward`` of ``store`` for a chain written to disk), the
       inputs it read, with fused chains as formulas over stored arrays ``x0``,
-      ``x1``, ...; its tile and number of tiles; the projected peak memory of one
+      ``x1``, ... and in-memory operands (JAX parameters) ``m0``, ``m1``, ...
+      (`Stage.in_memory`; the gradients it sums in memory,
+      `Stage.summed_in_memory`); its tile and number of tiles; the projected peak memory of one
       step and the projected bytes to read and write (from the tile plan, before it
       ran); and `io`, the `IOStats` it measured.
     - `fused`: how many operations were fused into chains (computed on read,
@@ -62,6 +64,11 @@ class Plan:
             )
             for r in s.reads:
                 lines.append(f"    reads {r}")
+            for m in s.in_memory:
+                lines.append(f"    in memory {m}")
+            for m in s.summed_in_memory:
+                what = m if m.startswith("output") else f"the gradient of {m}"
+                lines.append(f"    sums {what} in memory over its tiles")
         io = self.io
         lines.append(
             f"{len(self.stages)} passes, {self.fused} operations fused; read "

@@ -46,6 +46,7 @@ from ._chain import is_chain
 from ._driver import Driver
 from ._host import run_on_host
 from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
+from ._resident import check_fits, resident_operand, tile_budget
 from ._setitem import refuse_traced
 from ._x64 import jax_value_dtype
 
@@ -275,28 +276,19 @@ def type_of(x) -> DiskArrayType | None:
     return aval if isinstance(aval, DiskArrayType) else None
 
 
-def as_input(x, dtype, what: str):
-    """``x`` as an operation input: a DiskArray (or traced one), or a 0-d JAX value."""
+def as_input(x, dtype, budget: MemoryBudget, what: str):
+    """``x`` as an operation input: a DiskArray (or traced one), a 0-d JAX value, or
+    an in-memory array held resident (`_resident`)."""
     if type_of(x) is not None:
         return x
-    concrete = not isinstance(x, jax.core.Tracer)
-    if concrete and np.ndim(x):
-        # an in-memory operand (a bias vector, a mask, a NumPy or concrete JAX array)
-        # is written to scratch once and read tile by tile like any other input
-        return DiskArray.from_numpy(np.asarray(x, dtype))
-    arr = jnp.asarray(x, dtype=dtype)
-    if arr.shape != ():
-        raise TypeError(
-            f"{what}: a traced in-memory operand must be a scalar, got shape {arr.shape} "
-            "(its values are not known while JAX traces, so it cannot be written to disk). "
-            "Pass it as a DiskArray: DiskArray.from_numpy(np.asarray(a)) outside the trace."
-        )
-    return arr
+    if getattr(x, "ndim", None) if isinstance(x, jax.core.Tracer) else np.ndim(x):
+        return resident_operand(x, dtype, budget, what)
+    return jnp.asarray(x, dtype=dtype)
 
 
 def _in_type(x):
     t = type_of(x)
-    return t if t is not None else scalar_type(x.dtype)
+    return t if t is not None else _hx.ShapedArray(tuple(x.shape), np.dtype(x.dtype))
 
 
 # ---------------------------------------------------------------- primitives
@@ -336,11 +328,11 @@ def scalar_type(dtype):
 
 
 def _jax_type(t, what: str):
-    """The type JAX holds an output of type ``t`` in: ``t`` for a DiskArray; for a 0-d
-    value, a ShapedArray of `jax_value_dtype` (32 bits for 64 while x64 is off)."""
+    """The type JAX holds an output of type ``t`` in: ``t`` for a DiskArray; for an
+    in-memory value, a ShapedArray of `jax_value_dtype` (32 bits for 64 while x64 is off)."""
     if isinstance(t, DiskArrayType):
         return t
-    return scalar_type(jax_value_dtype(t.dtype, what))
+    return _hx.ShapedArray(tuple(t.shape), jax_value_dtype(t.dtype, what))
 
 
 def _const_type(value, dtype):
@@ -370,7 +362,7 @@ class OocPrim(_Refusals, _PrimBase):
         op, budget, consts = self.op, self.budget, self.consts
 
         def host(*vals):
-            driver = Driver(budget, op.name)
+            driver = Driver(tile_budget(budget, vals), op.name)
             vals = _settled(op, driver, vals)
             return (op.forward(driver, *_merge(vals, consts, _const_value)),)
 
@@ -385,6 +377,7 @@ class OocPrim(_Refusals, _PrimBase):
         self._wants = tuple(
             bool(nz) and is_differentiable(t.dtype) for nz, t in zip(nzs_in, self.in_avals)
         )
+        check_fits(self.in_avals, self.budget, self.op.name, backward=True)
         out = self(*args)
         return out, (args, out)
 
@@ -437,7 +430,7 @@ class OocBackwardPrim(_Refusals, _PrimBase):
         out_dtype = op.out_type(*_merge(self.in_types, consts, _const_type)).dtype
 
         def host(*vals):
-            driver = Driver(budget, op.name)
+            driver = Driver(tile_budget(budget, vals, backward=True), op.name)
             vals = _settled(op, driver, vals)
             inputs = _merge(vals[:n], consts, _const_value)
             g = vals[n + 1]
@@ -493,7 +486,7 @@ def _zero_like(t):
         if not is_differentiable(t.dtype):  # float0: JAX's no-gradient type
             return np.zeros(t.shape, jax.dtypes.float0)
         return t.vspace_zero()
-    return jnp.zeros((), t.dtype)
+    return jnp.zeros(t.shape, t.dtype)
 
 
 def bind(op, budget: MemoryBudget, *args):
@@ -503,11 +496,13 @@ def bind(op, budget: MemoryBudget, *args):
         if is_constant(a):
             consts.append((pos, np.asarray(a, dtype).item(), dtype.str))
         else:  # a weak JAX value that NumPy would widen stays 32-bit while x64 is off
-            dynamic.append(as_input(a, canonical_dtype(dtype), op.name))
+            dynamic.append(as_input(a, canonical_dtype(dtype), budget, op.name))
+    in_types = tuple(_in_type(a) for a in dynamic)
+    check_fits(in_types, budget, op.name)
     prim = OocPrim(
         op,
         budget,
-        tuple(_in_type(a) for a in dynamic),
+        in_types,
         tuple(consts),
         backward_of=current_backward_of(),
     )

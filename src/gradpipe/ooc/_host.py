@@ -20,6 +20,7 @@ from jax.experimental import io_callback
 
 from . import _handles
 from ._array import DiskArray, _is_concrete
+from ._resident import ResidentFile, to_memory
 from ._storage import PagedFile
 
 __all__ = ["run_on_host"]
@@ -36,11 +37,15 @@ def _lower(x):
 def _resolve(t, v):
     if _is_disk(t):
         return _handles.lookup(int(v), t.shape, t.dtype)
+    if t.shape:  # an in-memory (resident) operand
+        return ResidentFile(np.asarray(v, t.dtype))
     return np.asarray(v, t.dtype)
 
 
 def _export(t, value) -> np.ndarray:
     if not _is_disk(t):
+        if t.shape:  # the gradient of a resident operand
+            return to_memory(value, t.shape, t.dtype)
         return np.asarray(0 if value is None else value, t.dtype)
     if value is None or isinstance(value, _handles.ZeroFile):  # e.g. an unwanted gradient
         return np.int32(_handles.ZERO_HANDLE)
@@ -119,11 +124,12 @@ def _in_loop_body() -> bool:
 
 
 def run_on_host(host_fn, in_types, out_types, args):
-    """``host_fn(*files_and_scalars)`` for ``args``; returns DiskArrays and JAX scalars.
+    """``host_fn(*files_and_values)`` for ``args``; returns DiskArrays and JAX arrays.
 
     ``host_fn`` gets a file (`PagedFile` or `ConstantFile`) for each `DiskArray`
-    argument and a 0-d NumPy value for each scalar, and returns one file or 0-d value
-    (or ``None``: zeros) per entry of ``out_types``.
+    argument, a `ResidentFile` for each in-memory array and a 0-d NumPy value for
+    each scalar, and returns one file or in-memory value (or ``None``: zeros) per
+    entry of ``out_types``.
     """
     lo = [_lower(a) for a in args]
     # The files of concrete DiskArrays (closed-over data) become constant handles in
@@ -154,7 +160,7 @@ def run_on_host(host_fn, in_types, out_types, args):
     return [_wrap_out(t, o) for t, o in zip(out_types, outs)]
 
 
-# 64-bit scalars leave a callback as 32-bit words. JAX checks a callback's results
+# 64-bit values leave a callback as 32-bit words. JAX checks a callback's results
 # after converting them for the x64 setting of the thread the callback runs on, and
 # XLA may run it on a thread of its own, which a `with jax.enable_x64(True)` block
 # does not reach: there a float64 result became float32 ("Incorrect output dtype for
@@ -164,7 +170,7 @@ def run_on_host(host_fn, in_types, out_types, args):
 
 
 def _is_wide(t) -> bool:
-    """A scalar JAX narrows while x64 is off: 64-bit parts (complex128's are)."""
+    """A value JAX narrows while x64 is off: 64-bit parts (complex128's are)."""
     if _is_disk(t):
         return False
     dtype = np.dtype(t.dtype)
@@ -175,14 +181,14 @@ def _callback_spec(t):
     if _is_disk(t):
         return jax.ShapeDtypeStruct((), jnp.int32)
     if _is_wide(t):
-        return jax.ShapeDtypeStruct((np.dtype(t.dtype).itemsize // 4,), jnp.uint32)
-    return jax.ShapeDtypeStruct((), t.dtype)
+        return jax.ShapeDtypeStruct((*t.shape, np.dtype(t.dtype).itemsize // 4), jnp.uint32)
+    return jax.ShapeDtypeStruct(t.shape, t.dtype)
 
 
 def _to_words(value: np.ndarray, t) -> np.ndarray:
     if not _is_wide(t):
         return value
-    return np.ascontiguousarray(value).reshape(1).view(np.uint32)
+    return np.ascontiguousarray(value).reshape((*t.shape, 1)).view(np.uint32)
 
 
 def _from_words(words, t):
@@ -191,8 +197,8 @@ def _from_words(words, t):
     dtype = np.dtype(t.dtype)
     if dtype.kind == "c":  # lax.bitcast_convert_type has no complex types
         half = np.dtype(f"f{dtype.itemsize // 2}")
-        n = words.shape[0] // 2
-        real = jax.lax.bitcast_convert_type(words[:n], half)
-        imag = jax.lax.bitcast_convert_type(words[n:], half)
+        n = words.shape[-1] // 2
+        real = jax.lax.bitcast_convert_type(words[..., :n], half)
+        imag = jax.lax.bitcast_convert_type(words[..., n:], half)
         return jax.lax.complex(real, imag)
     return jax.lax.bitcast_convert_type(words, dtype)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ._budget import MemoryBudget, get_budget
-from ._hijax import DiskArrayType, bind, scalar_type, type_of
+from ._hijax import DiskArrayType, ShapedArray, bind, type_of
 
 __all__ = ["BlockParallelOp", "CustomOp", "make_op"]
 
@@ -32,6 +32,10 @@ class _OpBase:
     #: reads each input region about once may set it, else its chain inputs are
     #: written first.
     reads_through: bool = False
+
+    #: Whether the output is held in memory and returned as a JAX array rather than
+    #: written to disk (the gradient of an in-memory parameter, summed over tiles).
+    in_memory_output: bool = False
 
     @property
     def name(self) -> str:
@@ -76,9 +80,9 @@ class _OpBase:
         """
         shape = tuple(self.output_shape(*[t.shape for t in in_types]))
         dtype = np.dtype(self.output_dtype(*[t.dtype for t in in_types]))
-        if shape:
+        if shape and not self.in_memory_output:
             return DiskArrayType(shape, dtype)
-        return scalar_type(dtype)
+        return ShapedArray(shape, dtype)
 
 
 class BlockParallelOp(_OpBase):

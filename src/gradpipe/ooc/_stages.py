@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 from ._iostats import IOStats, io_stats
+from ._resident import is_resident
 
 __all__ = ["Stage", "recording", "stage"]
 
@@ -26,6 +27,9 @@ class Stage:
 
     ``projected_*`` come from the plan before the pass ran; ``io`` is what the
     pass measured (`IOStats`: bytes and tiles read and written, chains included).
+    ``in_memory`` lists the in-memory (resident) operands it read, ``m0: float32[12]``;
+    ``summed_in_memory`` what it summed over its tiles in memory rather than wrote:
+    gradients of resident operands (``m0``), or an output held in memory.
     """
 
     name: str
@@ -38,6 +42,8 @@ class Stage:
     projected_write_bytes: int
     io: IOStats = dataclasses.field(default_factory=IOStats)
     seconds: float = 0.0
+    in_memory: tuple[str, ...] = ()
+    summed_in_memory: tuple[str, ...] = ()
 
 
 class _Recorder:
@@ -45,6 +51,7 @@ class _Recorder:
         self.stages: list[Stage] = []
         self.names: dict[int, str] = {}
         self.counter = itertools.count()
+        self.memory_counter = itertools.count()
         self.fused = 0
 
 
@@ -77,23 +84,48 @@ def fused() -> None:
 
 
 def name_of(f, rec: _Recorder) -> str:
-    """A short stable name for a stored array within one recording: ``x0``, ``x1``..."""
-    key = id(f)
+    """A short stable name for an array within one recording: ``x0``, ``x1``... for
+    stored ones, ``m0``, ``m1``... for in-memory (resident) operands."""
+    # a resident operand is read anew by each pass: named by its buffer, shape and dtype
+    key = (
+        (f.array.__array_interface__["data"][0], f.shape, f.dtype.str) if is_resident(f) else id(f)
+    )
     if key not in rec.names:
-        rec.names[key] = f"x{next(rec.counter)}"
+        if is_resident(f):
+            rec.names[key] = f"m{next(rec.memory_counter)}"
+        else:
+            rec.names[key] = f"x{next(rec.counter)}"
     return rec.names[key]
 
 
 @contextlib.contextmanager
-def stage(name: str, phase: str, inputs, tile, tiles: int, peak: int, read: int, write: int):
-    """Measure one pass; a no-op unless `recording` is active."""
+def stage(
+    name: str,
+    phase: str,
+    inputs,
+    tile,
+    tiles: int,
+    peak: int,
+    read: int,
+    write: int,
+    summed: tuple = (),
+):
+    """Measure one pass; a no-op unless `recording` is active. ``summed``: the
+    inputs whose gradients the pass sums in memory, or ``("output",)``."""
     if not _active:
         yield
         return
-    from ._chain import describe
+    from ._chain import describe, leaves
 
     recs = list(_active)
-    reads = tuple(describe(v, lambda f, r=recs[0]: name_of(f, r)) for v in inputs)
+    named = lambda f, r=recs[0]: name_of(f, r)
+    reads = tuple(describe(v, named) for v in inputs)
+    held = {}
+    for v in inputs:
+        for leaf in leaves(v):
+            if is_resident(leaf):
+                held[named(leaf)] = f"{named(leaf)}: {leaf.dtype.name}{list(leaf.shape)}"
+    sums = tuple(s if isinstance(s, str) else named(s) for s in summed)
     before, start = io_stats(), time.perf_counter()
     try:
         yield
@@ -109,6 +141,8 @@ def stage(name: str, phase: str, inputs, tile, tiles: int, peak: int, read: int,
             int(write),
             io_stats() - before,
             time.perf_counter() - start,
+            tuple(held.values()),
+            sums,
         )
         for rec in recs:
             rec.stages.append(s)

@@ -129,9 +129,10 @@ def tile_plan(op, inputs, phase: str, g, budget, name: str):
     return plan, bytes_for
 
 
-def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None):
+def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None, summed=()):
     """The `_stages.stage` of one pass (``g``: a backward pass's cotangent), with
-    the bytes its plan will read from disk (chains: their stored inputs)."""
+    the bytes its plan will read from disk (chains: their stored inputs) and what it
+    sums in memory (``summed``: inputs whose gradients, or ``"output ..."``)."""
     if not _stages.recording_active():
         return contextlib.nullcontext()
     tile = plan[2]
@@ -145,4 +146,6 @@ def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None):
             regions = (*regions, out_r if g.shape else None)
         read += sum(_nbytes(r, 1) * b for r, b, v in zip(regions, per_element, sources) if v.shape)
     peak = bytes_for(tile)
-    return _stages.stage(op.name, phase, sources, tile, steps, peak, read, write_bytes)
+    return _stages.stage(
+        op.name, phase, sources, tile, steps, peak, read, write_bytes, summed=tuple(summed)
+    )

@@ -18,6 +18,7 @@ from .._chain import Unread
 from .._kernel import check_vjp, kernel_dtype, run_forward, run_in_jax, run_vjp, vjp_reads
 from .._op import BlockParallelOp, apply, frozen
 from .._promotion import is_differentiable, to_primal_dtype
+from .._resident import is_resident
 
 __all__ = ["Blockwise", "blockwise"]
 
@@ -101,12 +102,17 @@ class Blockwise(BlockParallelOp):
     def backward(self, driver, inputs, output, g, wants):
         """Gradients of inputs of the output's shape are chains computed on read (the
         kernel's VJP per block, recomputing the forward chain there); those of
-        broadcast inputs are summed over tiles in one pass that writes them."""
+        broadcast inputs are summed over tiles in one pass that writes them, and
+        those of in-memory (resident) inputs summed in memory in that pass."""
         shape = tuple(g.shape)
         fused = [
             i
             for i, (v, w) in enumerate(zip(inputs, wants))
-            if w and tuple(v.shape) == shape and shape and is_differentiable(v.dtype)
+            if w
+            and tuple(v.shape) == shape
+            and shape
+            and is_differentiable(v.dtype)
+            and not is_resident(v)
         ]
         rest = [bool(w) and i not in fused for i, w in enumerate(wants)]
         grads = [None] * len(inputs)

@@ -392,11 +392,6 @@ def take_along_axis(x, indices, /, *, axis=-1, budget=None):
             "take_along_axis: indices must have as many dimensions as x (at least one), "
             f"got shapes {ishape} and {t.shape}."
         )
-    if type_of(idx) is None and isinstance(idx, jax.core.Tracer):
-        raise TypeError(
-            "take_along_axis: traced in-memory indices cannot index a DiskArray; pass "
-            "them as a DiskArray (ooc.asarray) or close over a concrete array."
-        )
     axis = _axis(axis, nd, "take_along_axis")
     out = []
     for a, (n, k) in enumerate(zip(t.shape, ishape)):

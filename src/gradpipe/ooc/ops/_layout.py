@@ -267,12 +267,7 @@ def _classify(item) -> tuple[str, object]:
             _refuse_mask(shape)
         if dtype.kind not in "iu":
             raise IndexError(f"arrays used as indices must be of integer type, got {dtype}.")
-        if t is None and shape:
-            raise TypeError(
-                f"a traced in-memory index array of shape {shape} cannot index a DiskArray: "
-                "pass the indices as a DiskArray (ooc.asarray) or close over a concrete array."
-            )
-        if t is None:
+        if t is None:  # a traced index, held in memory (0-d, or a resident array)
             return "array", jax.lax.convert_element_type(item, dtype)  # no longer weak
         if not shape and isinstance(item, DiskArray) and _is_concrete(item._handle):
             return "int", operator.index(item)

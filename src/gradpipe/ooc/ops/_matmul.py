@@ -45,6 +45,8 @@ class Contraction(BlockParallelOp):
       operand's gradient in a float64 product); a complex result cast to a real
       dtype keeps its real part.
     - `label`: the name in errors and progress bars.
+    - `in_memory_output`: hold the output in memory and give it as a JAX array (the
+      gradient of an in-memory parameter), not write it to disk.
 
     A label of size 1 in one operand and ``n`` in the other broadcasts, as in NumPy,
     unless it is summed: summed sizes must be equal. A label of one operand only,
@@ -58,6 +60,7 @@ class Contraction(BlockParallelOp):
     conj: tuple[bool, bool] = (False, False)
     result_dtype: str | None = None
     label: str = "contraction"
+    in_memory_output: bool = False
 
     @property
     def name(self) -> str:
@@ -268,12 +271,24 @@ class Contraction(BlockParallelOp):
         grads = [None, None]
         if wants[0] and is_differentiable(da):
             op = Contraction(
-                self.out_labels, self.b_labels, da_labels, (ca, ca != cb), da.str, self.label
+                self.out_labels,
+                self.b_labels,
+                da_labels,
+                (ca, ca != cb),
+                da.str,
+                self.label,
+                in_memory_output=type_of(a) is None,
             )
             grads[0] = apply(op, g, b, budget=budget)
         if wants[1] and is_differentiable(db):
             op = Contraction(
-                self.a_labels, self.out_labels, db_labels, (ca != cb, cb), db.str, self.label
+                self.a_labels,
+                self.out_labels,
+                db_labels,
+                (ca != cb, cb),
+                db.str,
+                self.label,
+                in_memory_output=type_of(b) is None,
             )
             grads[1] = apply(op, a, g, budget=budget)
         return tuple(grads)

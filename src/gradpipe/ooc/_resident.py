@@ -1,0 +1,193 @@
+"""Resident operands: in-memory arrays (JAX parameters, traced or not) as inputs of
+out-of-core operations.
+
+A JAX user keeps parameters as JAX arrays and only data on disk. Such an array
+enters an out-of-core operation as an input of its primitive, like a 0-d value: its
+values reach the host code when the operation runs (under ``jax.jit`` too, so a
+program compiles once per shape, whatever the values), wrapped in a
+`ResidentFile` that reads like an array file. Every tile of a pass reads its
+region of it; nothing is written to disk.
+
+Its gradient is summed over the pass's tiles in memory, in an array of its shape
+and dtype (`Driver.backward`), and returned to JAX as a JAX array. An operation
+whose backward pass writes gradients to files (a `CustomOp`) has that file read
+back into memory; it is the size of the operand.
+
+Memory: the resident operands of one call, and their gradients in a backward pass,
+are held beside the tiles, so they count against the memory budget: their total
+may take at most half of it (`RESIDENT_SHARE`), and the tiles are planned in what
+is left (`tile_budget`). A traced operand above that is refused, naming its size; a
+concrete one (a NumPy array, known while tracing) is written to a scratch file
+instead and read tile by tile like any DiskArray.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._budget import MemoryBudget
+from ._promotion import canonical_dtype
+
+__all__ = [
+    "RESIDENT_SHARE",
+    "InMemoryResult",
+    "ResidentFile",
+    "check_fits",
+    "is_resident",
+    "resident_operand",
+    "tile_budget",
+    "to_memory",
+]
+
+#: The largest share of a memory budget the resident operands of one call may take.
+RESIDENT_SHARE = 0.5
+
+
+class ResidentFile:
+    """An in-memory array read like an array file (``shape``, ``dtype``, ``read``).
+
+    Reads return views of the array (read-only: a kernel cannot change a parameter);
+    they cost no I/O, so the plan counts none (``on_disk = False``).
+    """
+
+    writable = False
+    on_disk = False
+    resident = True
+
+    def __init__(self, array: np.ndarray):
+        array = np.ascontiguousarray(array)
+        if array.flags.writeable:
+            array = array.view()
+            array.flags.writeable = False
+        self.array = array
+        self.shape = tuple(array.shape)
+        self.dtype = array.dtype
+        self.page_shape = self.shape
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.array.nbytes)
+
+    def read(self, region=None, out: np.ndarray | None = None) -> np.ndarray:
+        block = self.array if region is None else self.array[tuple(region)]
+        if out is None:
+            return block
+        out[...] = block
+        return out
+
+    def __repr__(self) -> str:
+        return f"ResidentFile({self.dtype.name}{list(self.shape)})"
+
+
+class InMemoryResult:
+    """The output of a pass held in memory (``op.in_memory_output``): written tile by
+    tile like a scratch file, committed as the array itself."""
+
+    def __init__(self, shape, dtype):
+        self.array = np.zeros(shape, dtype)
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    def write(self, region, data) -> None:
+        self.array[tuple(region)] = data
+
+    def commit(self) -> np.ndarray:
+        return self.array
+
+    def discard(self) -> None:
+        self.array = None
+
+
+def is_resident(value) -> bool:
+    """Whether ``value`` (an operation's host input) is a resident operand."""
+    return getattr(value, "resident", False)
+
+
+def _nbytes(shape, dtype) -> int:
+    return math.prod(shape) * np.dtype(dtype).itemsize
+
+
+def resident_operand(x, dtype, budget: MemoryBudget, what: str):
+    """A non-0-d in-memory operand ``x`` as an operation input: a JAX array of
+    ``dtype`` held in memory, or, for a concrete array JAX cannot hold in ``dtype``
+    (a float64 NumPy array while x64 is off) or one too large to hold, a DiskArray
+    written once to scratch.
+
+    **Raises:** `ValueError` for a traced operand larger than its share of the
+    budget (its values are not known while JAX traces, so it cannot go to disk).
+    """
+    traced = isinstance(x, jax.core.Tracer)
+    shape = tuple(np.shape(x))
+    nbytes = _nbytes(shape, canonical_dtype(dtype))
+    limit = int(budget.nbytes * RESIDENT_SHARE)
+    if not traced and (canonical_dtype(dtype) != np.dtype(dtype) or nbytes > limit):
+        from ._array import DiskArray
+
+        return DiskArray.from_numpy(np.asarray(x, dtype))
+    if nbytes > limit:
+        _refuse_size(what, [shape], nbytes, budget)
+    return jnp.asarray(x, dtype=dtype)
+
+
+def check_fits(in_types, budget: MemoryBudget, what: str, *, backward: bool = False) -> None:
+    """Refuse resident operands of one call whose total (doubled for a backward pass,
+    which holds their gradients too) exceeds their share of the budget."""
+    shapes = [t.shape for t in in_types if _is_resident_type(t)]
+    total = sum(_nbytes(t.shape, t.dtype) for t in in_types if _is_resident_type(t))
+    if backward:
+        total *= 2
+    if total > budget.nbytes * RESIDENT_SHARE:
+        _refuse_size(what, shapes, total, budget, " with their gradients" if backward else "")
+
+
+def _is_resident_type(t) -> bool:
+    return not getattr(t, "is_disk_array", False) and len(t.shape) > 0
+
+
+def _refuse_size(what: str, shapes, nbytes: int, budget: MemoryBudget, extra: str = ""):
+    listed = ", ".join(str(tuple(s)) for s in shapes)
+    raise ValueError(
+        f"{what}: in-memory operands of shape {listed} take {_mib(nbytes)}{extra}, more than "
+        f"{int(RESIDENT_SHARE * 100)}% of the memory budget ({_mib(budget.nbytes)}), which "
+        "they must share with the tiles. Raise the budget (ooc.MemoryBudget), or keep the "
+        "array on disk: DiskArray.from_numpy outside the traced function, updated with "
+        "update_ (see the out-of-core guide, 'Parameters too large for memory')."
+    )
+
+
+def _mib(nbytes: int) -> str:
+    if nbytes >= 2**20:
+        return f"{nbytes / 2**20:.1f} MiB"
+    return f"{nbytes / 2**10:.1f} KiB"
+
+
+def tile_budget(budget: MemoryBudget, values: Sequence, *, backward: bool = False):
+    """The budget left for the tiles of a pass whose inputs include resident operands
+    (held beside them, with their gradients in a backward pass)."""
+    held = sum(v.nbytes for v in values if is_resident(v))
+    if not held:
+        return budget
+    if backward:
+        held *= 2
+    return MemoryBudget(max(4096, budget.nbytes - held))
+
+
+def to_memory(value, shape, dtype) -> np.ndarray:
+    """A host result that JAX holds in memory (the gradient of a resident operand):
+    an array file (a `CustomOp`'s gradient, a chain) is read whole."""
+    if value is None:
+        return np.zeros(shape, dtype)
+    if not isinstance(value, np.ndarray):
+        value = value.read(tuple(slice(0, n) for n in shape))
+    value = np.asarray(value, dtype)
+    if value.shape != tuple(shape):
+        raise TypeError(
+            f"an out-of-core operation made a gradient of shape {value.shape} for an "
+            f"in-memory operand of shape {tuple(shape)}; its backward must give one of the "
+            "operand's shape."
+        )
+    return value
