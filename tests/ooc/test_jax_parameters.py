@@ -324,3 +324,59 @@ def test_traced_index_arrays(program, axis, jit):
             loss(ooc, Xd)(i.at[0].set(X.shape[axis]), w)
     want = jax.value_and_grad(loss(jnp, X), argnums=1)(i, w)
     _close(got, want)
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda xp, X, w: xp.mean(X * w, axis=0) @ w,
+        lambda xp, X, w: w @ xp.mean(X * w, axis=0),
+        lambda xp, X, w: xp.vecdot(xp.mean(X * w, axis=0), w),
+        lambda xp, X, w: xp.tensordot(xp.mean(X * w, axis=0), w, axes=1),
+        lambda xp, X, w: xp.real(xp.vecdot(xp.mean(X * w, axis=0) * (1 + 2j), w * (1 - 1j))),
+    ],
+    ids=["matmul", "matmul-left", "vecdot", "tensordot", "complex-vecdot"],
+)
+def test_dot_of_disk_and_parameter_both_differentiated(program, jit):
+    """A 0-d product of a DiskArray and an in-memory parameter, both depending on the
+    parameter: one gradient is computed from no DiskArray at all."""
+    X, _ = _data(9)
+    w = jnp.linspace(-1.0, 1.0, K, dtype=jnp.float32)
+    with jax.enable_x64(True), ooc.MemoryBudget(BUDGET):
+        Xd = ooc.DiskArray.from_numpy(X)
+        got = jit(jax.value_and_grad(lambda w: program(ooc, Xd, w)))(w)
+        want = jax.value_and_grad(lambda w: program(jnp, X, w))(w)
+    _close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_float64_numpy_operand_stays_float64_with_x64_off():
+    """A concrete float64 NumPy array JAX would round to float32 is read from a
+    scratch copy in its own dtype instead: NumPy's result, to the last bit."""
+    X = np.ones((40, 6))
+    scale = np.full(6, 1 + 1e-9)
+    with jax.enable_x64(False), ooc.MemoryBudget(BUDGET):
+        got = ooc.sum(ooc.DiskArray.from_numpy(X) * scale, axis=0)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got.to_numpy(), (X * scale).sum(axis=0))
+
+
+def test_bfloat16_parameters_are_refused_not_zeroed():
+    X, _ = _data()
+    with ooc.MemoryBudget(BUDGET):
+        Xd = ooc.DiskArray.from_numpy(X)
+        with pytest.raises(TypeError, match=r"bfloat16 operands.*astype\(jnp\.float32\)"):
+            jax.grad(lambda w: ooc.sum(Xd * w))(jnp.ones(K, jnp.bfloat16))
+
+
+def test_explain_shows_parameters_held_in_memory_and_where_gradients_are_summed():
+    X, y = _data()
+    w, b = jnp.ones(K, jnp.float32), jnp.float32(0.5)
+    with ooc.MemoryBudget(BUDGET):
+        Xd, yd = ooc.DiskArray.from_numpy(X), ooc.DiskArray.from_numpy(y)
+        step = jax.jit(jax.value_and_grad(_least_squares(ooc, Xd, yd), argnums=(0, 1)))
+        plan = ooc.explain(step, w, b)
+    text = str(plan)
+    assert f"in memory m0: float32[{K}]" in text
+    assert f"sums output float32[{K}] in memory over its tiles" in text
+    assert plan.io.bytes_written == N * 4  # the product X @ w; no gradient file
+    _close(plan.result, jax.value_and_grad(_least_squares(jnp, X, y), argnums=(0, 1))(w, b))

@@ -40,7 +40,7 @@ def set_progress(enabled: bool) -> None:
     _progress[0] = bool(enabled)
 
 
-Value = PagedFile | np.ndarray  # an array file (or resident operand), or a 0-d value
+Value = PagedFile | np.ndarray  # an array file (or resident operand), or an in-memory value
 
 
 class Store:
@@ -130,7 +130,8 @@ class Driver:
 
         **Arguments:**
 
-        - `value`: an array file or a 0-d NumPy value (returned as it is).
+        - `value`: an array file (a resident operand too) or a 0-d NumPy value
+          (returned as it is).
         - `region`: a tuple of slices, or ``None`` for the whole array.
 
         **Returns:**
@@ -221,15 +222,16 @@ class Driver:
 
     def forward(self, op, inputs: Sequence[Value]) -> Value:
         """Run ``op`` forward: a chain computed on read for a block map (`fuse`), else
-        a new committed scratch file, or a 0-d array."""
+        a new committed scratch file, a 0-d array, or an array held in memory
+        (``op.in_memory_output``)."""
         fused = self.fuse(op, inputs)
         if fused is not None:
             return fused
         plan = self._plan(op, inputs, "forward")
         dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
-        on_disk = plan[0] and not getattr(op, "in_memory_output", False)
-        write = math.prod(plan[0]) * dtype.itemsize if on_disk else 0
-        summed = (f"output {dtype.name}{list(plan[0])}",) if plan[0] and not on_disk else ()
+        held = bool(plan[0]) and getattr(op, "in_memory_output", False)
+        write = math.prod(plan[0]) * dtype.itemsize if plan[0] and not held else 0
+        summed = (f"output {dtype.name}{list(plan[0])}",) if held else ()
         with stage_of(op, "forward", inputs, plan, write, self._bytes_for, summed=summed):
             return self._forward(op, inputs, plan, dtype)
 

@@ -152,7 +152,8 @@ def _forward_task(payload: bytes, out_regions, first_red: int, end_red, partial:
 
 def _backward_task(payload: bytes, out_regions):
     """One task of a backward pass: gradients of regions no other task touches are
-    written; the others, and 0-d gradients, are returned."""
+    written; the others, and gradients held in memory (0-d, or of resident
+    operands: this task's sum), are returned."""
     from ._budget import MemoryBudget
     from ._driver import Driver
     from ._tile_reads import steps
@@ -162,8 +163,8 @@ def _backward_task(payload: bytes, out_regions):
     driver = Driver(MemoryBudget(budget), name)
     step_iter = steps(op, shapes, out_regions, red_shape, red_tile)
     kept = driver.backward_steps(op, inputs, extra, step_iter, grads, shared=shared)
-    zero_d = [g if isinstance(g, np.ndarray) else None for g in grads]
-    return kept, zero_d, io_stats() - before
+    in_memory = [g if isinstance(g, np.ndarray) else None for g in grads]
+    return kept, in_memory, io_stats() - before
 
 
 def _can_read(path: str) -> bool:
@@ -329,8 +330,8 @@ class DaskExecutor:
             driver, _backward_task, payload, [(g,) for g in groups], f"{op.name}-backward"
         )
         sums: list[dict] = [{} for _ in inputs]
-        for kept, zero_d, _ in results:
-            for i, g in enumerate(zero_d):
+        for kept, in_memory, _ in results:
+            for i, g in enumerate(in_memory):
                 if g is not None:
                     grads[i] = np.asarray(grads[i] + g, grads[i].dtype)
             for i, parts in enumerate(kept):

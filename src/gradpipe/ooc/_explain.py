@@ -67,8 +67,7 @@ class Plan:
             for m in s.in_memory:
                 lines.append(f"    in memory {m}")
             for m in s.summed_in_memory:
-                what = m if m.startswith("output") else f"the gradient of {m}"
-                lines.append(f"    sums {what} in memory over its tiles")
+                lines.append(f"    sums {m} in memory over its tiles")
         io = self.io
         lines.append(
             f"{len(self.stages)} passes, {self.fused} operations fused; read "

@@ -25,6 +25,7 @@ differentiating a backward pass (second order).
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -277,13 +278,21 @@ def type_of(x) -> DiskArrayType | None:
 
 
 def as_input(x, dtype, budget: MemoryBudget, what: str):
-    """``x`` as an operation input: a DiskArray (or traced one), a 0-d JAX value, or
-    an in-memory array held resident (`_resident`)."""
+    """``x`` as an operation input of NumPy's ``dtype``: a DiskArray (or traced one),
+    a 0-d JAX value (of the dtype JAX holds: a weak value NumPy would widen stays
+    32-bit while x64 is off), or an in-memory array held resident (`_resident`)."""
     if type_of(x) is not None:
         return x
-    if getattr(x, "ndim", None) if isinstance(x, jax.core.Tracer) else np.ndim(x):
+    if jnp.issubdtype(dtype, jnp.inexact) and not is_differentiable(dtype):
+        raise TypeError(
+            f"{what}: {np.dtype(dtype).name} operands are not supported by gradpipe.ooc "
+            "(its kernels compute in NumPy's floating dtypes, and the gradient would be "
+            "lost); cast first, e.g. x.astype(jnp.float32)."
+        )
+    ndim = x.ndim if isinstance(x, jax.core.Tracer) else np.ndim(x)
+    if ndim:
         return resident_operand(x, dtype, budget, what)
-    return jnp.asarray(x, dtype=dtype)
+    return jnp.asarray(x, dtype=canonical_dtype(dtype))
 
 
 def _in_type(x):
@@ -361,8 +370,12 @@ class OocPrim(_Refusals, _PrimBase):
     def expand(self, *args):
         op, budget, consts = self.op, self.budget, self.consts
 
+        held_out = 0  # an output held in memory (a parameter's gradient) beside the tiles
+        if op.in_memory_output and self.out_aval.shape:
+            held_out = math.prod(self.out_aval.shape) * np.dtype(self.out_aval.dtype).itemsize
+
         def host(*vals):
-            driver = Driver(tile_budget(budget, vals), op.name)
+            driver = Driver(tile_budget(budget, vals, out=held_out), op.name)
             vals = _settled(op, driver, vals)
             return (op.forward(driver, *_merge(vals, consts, _const_value)),)
 
@@ -495,8 +508,8 @@ def bind(op, budget: MemoryBudget, *args):
     for pos, (a, dtype) in enumerate(zip(args, operand_dtypes(args, type_of, op.name))):
         if is_constant(a):
             consts.append((pos, np.asarray(a, dtype).item(), dtype.str))
-        else:  # a weak JAX value that NumPy would widen stays 32-bit while x64 is off
-            dynamic.append(as_input(a, canonical_dtype(dtype), budget, op.name))
+        else:
+            dynamic.append(as_input(a, dtype, budget, op.name))
     in_types = tuple(_in_type(a) for a in dynamic)
     check_fits(in_types, budget, op.name)
     prim = OocPrim(

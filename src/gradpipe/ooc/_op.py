@@ -218,10 +218,12 @@ class CustomOp(_OpBase):
 
     - `forward(driver, *inputs)`: returns a committed file from
       ``driver.allocate(shape, dtype)`` (or a 0-d NumPy value for a scalar output).
-      Inputs are array files (``.shape``, ``.dtype``, ``.read(region)``) or 0-d
-      NumPy values.
+      Inputs are array files (``.shape``, ``.dtype``, ``.read(region)``; an
+      in-memory JAX operand comes as one too, a `ResidentFile`) or 0-d NumPy values.
     - `backward(driver, inputs, output, g, wants)`: one gradient per input (a
-      committed file, a 0-d value, or ``None`` where ``wants`` is false).
+      committed file, a 0-d value, or ``None`` where ``wants`` is false; for an
+      in-memory operand a file or a NumPy array of its shape, which is read into
+      memory and given to JAX).
 
     ``driver.read(x, region)``, ``driver.allocate(...)``, ``driver.forward(op,
     inputs)`` and ``driver.backward(...)`` are the toolkit; ``driver.budget`` is the
@@ -234,8 +236,8 @@ class CustomOp(_OpBase):
         **Arguments:**
 
         - `driver`: the `Driver` (``read``, ``allocate``, ``forward``, ``budget``).
-        - `*inputs`: array files (``.shape``, ``.dtype``, ``.read(region)``) or 0-d
-          NumPy values.
+        - `*inputs`: array files (``.shape``, ``.dtype``, ``.read(region)``;
+          in-memory operands as `ResidentFile`s) or 0-d NumPy values.
 
         **Returns:**
 
@@ -255,8 +257,9 @@ class CustomOp(_OpBase):
 
         **Returns:**
 
-        One gradient per input: a committed file, a 0-d value, or ``None`` where
-        ``wants`` is false.
+        One gradient per input: a committed file, a 0-d value (a NumPy array of the
+        operand's shape for an in-memory operand), or ``None`` where ``wants`` is
+        false.
         """
         raise NotImplementedError(f"{self.name} must define backward to be differentiated.")
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._budget import MemoryBudget
-from ._promotion import canonical_dtype
+from ._promotion import canonical_dtype, is_differentiable
 
 __all__ = [
     "RESIDENT_SHARE",
@@ -122,30 +122,34 @@ def resident_operand(x, dtype, budget: MemoryBudget, what: str):
     """
     traced = isinstance(x, jax.core.Tracer)
     shape = tuple(np.shape(x))
-    nbytes = _nbytes(shape, canonical_dtype(dtype))
+    held = canonical_dtype(dtype)  # a traced array's own; 32 bits for 64 while x64 is off
+    nbytes = _nbytes(shape, held)
     limit = int(budget.nbytes * RESIDENT_SHARE)
-    if not traced and (canonical_dtype(dtype) != np.dtype(dtype) or nbytes > limit):
+    if not traced and (held != np.dtype(dtype) or nbytes > limit):
         from ._array import DiskArray
 
         return DiskArray.from_numpy(np.asarray(x, dtype))
     if nbytes > limit:
         _refuse_size(what, [shape], nbytes, budget)
-    return jnp.asarray(x, dtype=dtype)
+    return jnp.asarray(x, dtype=held)
 
 
 def check_fits(in_types, budget: MemoryBudget, what: str, *, backward: bool = False) -> None:
-    """Refuse resident operands of one call whose total (doubled for a backward pass,
-    which holds their gradients too) exceeds their share of the budget."""
-    shapes = [t.shape for t in in_types if _is_resident_type(t)]
-    total = sum(_nbytes(t.shape, t.dtype) for t in in_types if _is_resident_type(t))
-    if backward:
-        total *= 2
+    """Refuse resident operands of one call whose total (with the gradients of the
+    floating ones, for a backward pass) exceeds their share of the budget."""
+    held = [t for t in in_types if _is_resident_type(t)]
+    shapes = [t.shape for t in held]
+    total = sum(_nbytes(t.shape, t.dtype) * (1 + _has_gradient(t, backward)) for t in held)
     if total > budget.nbytes * RESIDENT_SHARE:
         _refuse_size(what, shapes, total, budget, " with their gradients" if backward else "")
 
 
 def _is_resident_type(t) -> bool:
     return not getattr(t, "is_disk_array", False) and len(t.shape) > 0
+
+
+def _has_gradient(t, backward: bool) -> bool:
+    return backward and is_differentiable(t.dtype)
 
 
 def _refuse_size(what: str, shapes, nbytes: int, budget: MemoryBudget, extra: str = ""):
@@ -165,14 +169,17 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**10:.1f} KiB"
 
 
-def tile_budget(budget: MemoryBudget, values: Sequence, *, backward: bool = False):
-    """The budget left for the tiles of a pass whose inputs include resident operands
-    (held beside them, with their gradients in a backward pass)."""
-    held = sum(v.nbytes for v in values if is_resident(v))
+def tile_budget(budget: MemoryBudget, values: Sequence, *, backward: bool = False, out: int = 0):
+    """The budget left for the tiles of a pass beside what it holds in memory: the
+    resident operands among ``values`` and the chains they are (with the gradients
+    of the floating ones in a backward pass), and ``out`` bytes of output held in
+    memory (`InMemoryResult`)."""
+    from ._chain import leaves
+
+    found = {id(f): f for v in values for f in leaves(v) if is_resident(f)}
+    held = out + sum(f.nbytes * (1 + _has_gradient(f, backward)) for f in found.values())
     if not held:
         return budget
-    if backward:
-        held *= 2
     return MemoryBudget(max(4096, budget.nbytes - held))
 
 

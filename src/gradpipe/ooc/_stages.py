@@ -29,7 +29,7 @@ class Stage:
     pass measured (`IOStats`: bytes and tiles read and written, chains included).
     ``in_memory`` lists the in-memory (resident) operands it read, ``m0: float32[12]``;
     ``summed_in_memory`` what it summed over its tiles in memory rather than wrote:
-    gradients of resident operands (``m0``), or an output held in memory.
+    ``the gradient of m0``, or ``output float32[12]`` (an output held in memory).
     """
 
     name: str
@@ -110,8 +110,9 @@ def stage(
     write: int,
     summed: tuple = (),
 ):
-    """Measure one pass; a no-op unless `recording` is active. ``summed``: the
-    inputs whose gradients the pass sums in memory, or ``("output",)``."""
+    """Measure one pass; a no-op unless `recording` is active. ``summed``: what the
+    pass sums in memory: resident inputs (their gradients), or a phrase such as
+    ``"output float32[16]"`` for an output held in memory."""
     if not _active:
         yield
         return
@@ -125,7 +126,7 @@ def stage(
         for leaf in leaves(v):
             if is_resident(leaf):
                 held[named(leaf)] = f"{named(leaf)}: {leaf.dtype.name}{list(leaf.shape)}"
-    sums = tuple(s if isinstance(s, str) else named(s) for s in summed)
+    sums = tuple(s if isinstance(s, str) else f"the gradient of {named(s)}" for s in summed)
     before, start = io_stats(), time.perf_counter()
     try:
         yield

@@ -18,6 +18,7 @@ from . import _stages, _tile_reads
 from ._budget import plan_tiles
 from ._chain import is_chain
 from ._grain import loop_grain
+from ._resident import is_resident
 from ._storage import Region
 from ._tile_reads import ahead_for
 
@@ -65,8 +66,13 @@ def tile_plan(op, inputs, phase: str, g, budget, name: str):
     shapes = [tuple(v.shape) for v in inputs]
     out_shape = tuple(op.output_shape(*shapes))
     red_shape = tuple(op.reduction_shape(*shapes))
-    # a chain's block costs what one read through it holds (`ChainFile.stats`)
-    sizes = [v.stats().peak if is_chain(v) else np.dtype(v.dtype).itemsize for v in inputs]
+    # a chain's block costs what one read through it holds (`ChainFile.stats`); a
+    # resident operand's block is a view of memory already held (`_resident`), read
+    # from no disk
+    sizes = [
+        v.stats().peak if is_chain(v) else 0 if is_resident(v) else np.dtype(v.dtype).itemsize
+        for v in inputs
+    ]
     dtypes = [v.dtype for v in inputs]
     out_item = np.dtype(op.output_dtype(*dtypes)).itemsize
     # partial tiles, the combined tile and the one being written are accumulator

@@ -269,6 +269,19 @@ class Contraction(BlockParallelOp):
         da_labels = _gradient_labels(self, self.a_labels, sa, sizes)
         db_labels = _gradient_labels(self, self.b_labels, sb, sizes)
         grads = [None, None]
+        if type_of(g) is None:
+            # a 0-d product (a dot of two vectors): the gradient of one operand whose
+            # other operand is in memory involves no DiskArray; JAX computes it
+            if wants[0] and is_differentiable(da) and type_of(b) is None:
+                grads[0] = _like(a, _contract_in_memory(
+                    self.out_labels, self.b_labels, da_labels, (ca, ca != cb), g, b, da
+                ), budget)  # fmt: skip
+                wants = (False, wants[1])
+            if wants[1] and is_differentiable(db) and type_of(a) is None:
+                grads[1] = _like(b, _contract_in_memory(
+                    self.a_labels, self.out_labels, db_labels, (ca != cb, cb), a, g, db
+                ), budget)  # fmt: skip
+                wants = (wants[0], False)
         if wants[0] and is_differentiable(da):
             op = Contraction(
                 self.out_labels,
@@ -292,6 +305,34 @@ class Contraction(BlockParallelOp):
             )
             grads[1] = apply(op, a, g, budget=budget)
         return tuple(grads)
+
+
+def _like(operand, grad, budget):
+    """``grad`` (a JAX array) as the gradient of ``operand``: a DiskArray's is a
+    DiskArray (the in-memory values added to its symbolic zero, which has no file)."""
+    t = type_of(operand)
+    if t is None:
+        return grad
+    from .._hijax import DiskArrayType
+    from ._elementwise import add
+
+    return add(DiskArrayType(t.shape, t.dtype).vspace_zero(), grad, budget=budget)
+
+
+def _contract_in_memory(x_labels, y_labels, out_labels, conj, x, y, dtype):
+    """`Contraction`'s result in ``jax.numpy`` (``einsum``), for operands in memory: a
+    label of the output in neither operand is a new axis of size 1."""
+    letter = {lab: chr(ord("a") + i) for i, lab in enumerate(sorted({*x_labels, *y_labels}))}
+    x = jnp.conj(x) if conj[0] else x
+    y = jnp.conj(y) if conj[1] else y
+    present = [lab for lab in out_labels if lab in letter]
+    spec = "".join(letter[lab] for lab in x_labels) + "," + "".join(letter[lab] for lab in y_labels)
+    out = jnp.einsum(spec + "->" + "".join(letter[lab] for lab in present), x, y)
+    sizes = iter(out.shape)
+    out = jnp.reshape(out, tuple(next(sizes) if lab in letter else 1 for lab in out_labels))
+    if jnp.iscomplexobj(out) and np.dtype(dtype).kind != "c":
+        out = jnp.real(out)
+    return out.astype(dtype)
 
 
 class MatMul(Contraction):
