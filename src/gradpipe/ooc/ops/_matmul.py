@@ -154,6 +154,8 @@ class Contraction(BlockParallelOp):
             xi = x[tuple(i if n != 1 else 0 for i, n in zip(idx, bx))]
             yi = y[tuple(i if n != 1 else 0 for i, n in zip(idx, by))]
             c = o[idx]
+            if _gemv(out.dtype, xi, yi, c, lay, accumulate):
+                continue
             # In Fortran order the C-ordered matrices are their transposes, so
             # compute c.T (+)= op(y).T @ op(x).T on the transposed views: no copies.
             result = gemm(
@@ -305,6 +307,30 @@ class Contraction(BlockParallelOp):
             )
             grads[1] = apply(op, a, g, budget=budget)
         return tuple(grads)
+
+
+def _gemv(dtype, x, y, c, lay, accumulate) -> bool:
+    """``c (+)= op(x) @ op(y)`` by BLAS ``gemv`` when one side of the product is a
+    vector (one row of ``c``, or one column): ``gemm`` with a unit side runs 3-4
+    times slower in OpenBLAS (a matrix times a parameter vector, and its gradient).
+    Returns whether it did."""
+    m, n = c.shape
+    if (m == 1) == (n == 1):
+        return False
+    gemv = blas.get_blas_funcs("gemv", dtype=dtype)
+    beta = 1.0 if accumulate else 0.0
+    # as for gemm below, in Fortran order: c.T (+)= op(y.T) @ op(x.T)
+    if m == 1:  # c's one row: op(y.T) times the one column of op(x.T)
+        u = x[:, 0] if lay.trans_x else x[0, :]
+        target = c[0, :]
+        result = gemv(1.0, y.T, u, beta=beta, y=target, trans=int(lay.trans_y), overwrite_y=1)
+    else:  # c's one column: op(x.T)ᵀ times the one row of op(y.T)
+        r = y[0, :] if lay.trans_y else y[:, 0]
+        target = c[:, 0]
+        result = gemv(1.0, x.T, r, beta=beta, y=target, trans=1 - int(lay.trans_x), overwrite_y=1)
+    if not np.shares_memory(result, target):
+        target[...] = result
+    return True
 
 
 def _like(operand, grad, budget):
