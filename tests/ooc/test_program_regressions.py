@@ -77,3 +77,21 @@ def test_a_where_whose_condition_is_a_traced_0d_value(jit):
 
     arrays = [np.zeros((0,), "float32"), _scalar(0.4, "float32")]
     compare(program, arrays, budget=4096, jit_values=jit[0], jit_grad=jit[1])
+
+
+@pytest.mark.parametrize("jit", MODES, ids=MODE_IDS)
+def test_a_cotangent_that_is_zero_whatever_the_output_is_not_computed(jit):
+    # copysign's cotangent for its sign argument is zero whatever the output's: JAX
+    # prunes it, so std's backward pass (0 * inf at zero variance) never runs; the
+    # out-of-core backward passed a zero into it and gave NaN where JAX gives 0
+    # (make fuzz, GRADPIPE_FUZZ_SEED=20261202)
+    def program(xp, v0, v1, v2):
+        return [xp.copysign(v0 @ v2, xp.std(v1, correction=0)), v0 + v0]
+
+    compare(
+        program,
+        [_normal(0, 2, dtype="float32"), _scalar(0.3, "float32"), _normal(2, dtype="float32")],
+        budget=4096,
+        jit_values=jit[0],
+        jit_grad=jit[1],
+    )

@@ -402,20 +402,40 @@ class OocPrim(_Refusals, _PrimBase):
             return tuple(_zero_like(t) for t in self.in_avals)
         if type_of(g) is None:  # a 0-d cotangent (jax.vjp takes a Python number too)
             g = jnp.asarray(g, self.out_aval.dtype)
+        zeros = self._zero_cotangents(wants)
+        if any(zeros):  # pruned as JAX prunes them: symbolic zeros, never computed
+            wants = tuple(w and not z for w, z in zip(wants, zeros))
         rule = getattr(self.op, "backward_ops", None)
         if rule is not None and not self.consts:
             with _backward_marker(self.op):
                 grads = rule(args, out, g, wants, self.budget)
             return tuple(
-                gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals)
+                gr if w else _zero_like(t, z)
+                for gr, w, t, z in zip(grads, wants, self.in_avals, zeros)
             )
         self.op.check_differentiable(
             _merge(self.in_avals, self.consts, _const_type),
             _merge(wants, self.consts, lambda value, dtype: False),
         )
+        if not any(wants):
+            return tuple(_zero_like(t, z) for t, z in zip(self.in_avals, zeros))
         prim = OocBackwardPrim(self.op, self.budget, self.in_avals, self.consts, _in_type(g), wants)
         grads = prim(*args, out, g)
-        return tuple(gr if w else _zero_like(t) for gr, w, t in zip(grads, wants, self.in_avals))
+        return tuple(
+            gr if w else _zero_like(t, z) for gr, w, t, z in zip(grads, wants, self.in_avals, zeros)
+        )
+
+    def _zero_cotangents(self, wants) -> tuple[bool, ...]:
+        """The inputs whose cotangent the op says is zero whatever the output's."""
+        rule = getattr(self.op, "zero_cotangents", None)
+        if rule is None or not any(wants):
+            return (False,) * len(wants)
+        const_pos = {pos for pos, _, _ in self.consts}
+        zeros = rule(
+            _merge(self.in_avals, self.consts, _const_type),
+            _merge(wants, self.consts, lambda value, dtype: False),
+        )
+        return tuple(z for pos, z in enumerate(zeros) if pos not in const_pos)
 
     def dce(self, used_outs, *live_ins):
         if getattr(self.op, "has_side_effect", False):
@@ -494,7 +514,11 @@ def current_backward_of():
     return _backward_marker.active[-1] if _backward_marker.active else None
 
 
-def _zero_like(t):
+def _zero_like(t, symbolic: bool = False):
+    """A zero cotangent for an input of type ``t``: JAX's symbolic zero where asked
+    (nothing upstream runs for it), else a zero value."""
+    if symbolic:
+        return _hx.Zero(t.to_tangent_aval())
     if isinstance(t, DiskArrayType):
         if not is_differentiable(t.dtype):  # float0: JAX's no-gradient type
             return np.zeros(t.shape, jax.dtypes.float0)

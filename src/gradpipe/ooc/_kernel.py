@@ -107,6 +107,27 @@ def vjp_reads(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]
     return used[1:]
 
 
+def vjp_zeros(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]:
+    """Which wanted inputs get a cotangent that is zero whatever the output's (that
+    of ``copysign(a, b)`` for ``b``): the VJP is linear in the output's cotangent, so
+    one that does not read it is zero. JAX prunes such a cotangent as a symbolic zero
+    (a ``0 * inf`` behind it never runs); so must the out-of-core backward pass."""
+    key = tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
+    wants = tuple(bool(w) for w in wants)
+    closed, _, used = _vjp_program(kernel, params, key, wants)
+    jaxpr = closed.jaxpr
+    n = len(jaxpr.outvars)
+    zero = []
+    for j in range(n):
+        if not used[0]:  # nothing reads the cotangent at all
+            zero.append(True)
+            continue
+        _, reads = _pe.dce_jaxpr(jaxpr, [k == j for k in range(n)])
+        zero.append(not reads[0])
+    it = iter(zero)
+    return tuple(next(it) if w else False for w in wants)
+
+
 @functools.lru_cache(maxsize=1024)
 def _vjp_program(kernel, params, key, wants):
     specs = [jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in key]

@@ -15,7 +15,15 @@ from collections.abc import Callable
 import numpy as np
 
 from .._chain import Unread
-from .._kernel import check_vjp, kernel_dtype, run_forward, run_in_jax, run_vjp, vjp_reads
+from .._kernel import (
+    check_vjp,
+    kernel_dtype,
+    run_forward,
+    run_in_jax,
+    run_vjp,
+    vjp_reads,
+    vjp_zeros,
+)
 from .._op import BlockParallelOp, apply, frozen
 from .._promotion import is_differentiable, to_primal_dtype
 from .._resident import is_resident
@@ -93,6 +101,16 @@ class Blockwise(BlockParallelOp):
         return tuple(
             None if gr is None else to_primal_dtype(gr, b.dtype) for gr, b in zip(grads, blocks)
         )
+
+    def zero_cotangents(self, in_types, wants) -> tuple[bool, ...]:
+        """The wanted inputs whose cotangent is zero whatever the output's (`vjp_zeros`)."""
+        wants = [bool(w) and is_differentiable(t.dtype) for w, t in zip(wants, in_types)]
+        if not any(wants):
+            return (False,) * len(wants)
+        try:
+            return vjp_zeros(self.kernel, self.params, in_types, wants)
+        except Exception:  # no VJP at all: `check_differentiable` refuses it, clearly
+            return (False,) * len(wants)
 
     def check_differentiable(self, in_types, wants) -> None:
         wants = [bool(w) and is_differentiable(t.dtype) for w, t in zip(wants, in_types)]
