@@ -83,7 +83,7 @@ def check_vjp(kernel: Callable, params: tuple, types, wants, label: str) -> None
     blocks of the inputs' dtypes whose sides are cut to 2 (size-1 sides stay 1, so
     broadcasting is kept).
     """
-    key = tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
+    key = _stand_in_key(types)
     try:
         jaxpr, _, _ = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
         missing = _numpy_eval.unsupported(jaxpr)
@@ -98,11 +98,17 @@ def check_vjp(kernel: Callable, params: tuple, types, wants, label: str) -> None
         ) from None
 
 
+def _stand_in_key(types) -> tuple:
+    """The stand-in blocks a VJP is traced on: the inputs' dtypes, sides cut to 2
+    (size-1 sides stay 1, so broadcasting is kept)."""
+    return tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
+
+
 def vjp_reads(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]:
     """Which input blocks the kernel's VJP reads (the VJP of ``a - b`` reads
     neither, of ``a * b`` both): a fused backward pass need not compute the others.
     Decided on the stand-in shapes of `check_vjp`."""
-    key = tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
+    key = _stand_in_key(types)
     _, _, used = _vjp_program(kernel, params, key, tuple(bool(w) for w in wants))
     return used[1:]
 
@@ -112,8 +118,14 @@ def vjp_zeros(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]
     of ``copysign(a, b)`` for ``b``): the VJP is linear in the output's cotangent, so
     one that does not read it is zero. JAX prunes such a cotangent as a symbolic zero
     (a ``0 * inf`` behind it never runs); so must the out-of-core backward pass."""
-    key = tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
-    wants = tuple(bool(w) for w in wants)
+    key = _stand_in_key(types)
+    return _vjp_zeros(kernel, params, key, tuple(bool(w) for w in wants))
+
+
+@functools.lru_cache(maxsize=1024)
+def _vjp_zeros(kernel, params, key, wants) -> tuple[bool, ...]:
+    """`vjp_zeros` for one kernel and stand-in types: decided once (every eager
+    backward pass asks again)."""
     closed, _, used = _vjp_program(kernel, params, key, wants)
     jaxpr = closed.jaxpr
     n = len(jaxpr.outvars)

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._budget import MemoryBudget
+from ._budget import MemoryBudget, format_bytes
 from ._promotion import canonical_dtype, is_differentiable
 
 __all__ = [
@@ -154,19 +154,14 @@ def _has_gradient(t, backward: bool) -> bool:
 
 def _refuse_size(what: str, shapes, nbytes: int, budget: MemoryBudget, extra: str = ""):
     listed = ", ".join(str(tuple(s)) for s in shapes)
+    size, limit = format_bytes(nbytes), format_bytes(budget.nbytes)
     raise ValueError(
-        f"{what}: in-memory operands of shape {listed} take {_mib(nbytes)}{extra}, more than "
-        f"{int(RESIDENT_SHARE * 100)}% of the memory budget ({_mib(budget.nbytes)}), which "
+        f"{what}: in-memory operands of shape {listed} take {size}{extra}, more than "
+        f"{int(RESIDENT_SHARE * 100)}% of the memory budget ({limit}), which "
         "they must share with the tiles. Raise the budget (ooc.MemoryBudget), or keep the "
         "array on disk: DiskArray.from_numpy outside the traced function, updated with "
         "update_ (see the out-of-core guide, 'Parameters too large for memory')."
     )
-
-
-def _mib(nbytes: int) -> str:
-    if nbytes >= 2**20:
-        return f"{nbytes / 2**20:.1f} MiB"
-    return f"{nbytes / 2**10:.1f} KiB"
 
 
 def tile_budget(budget: MemoryBudget, values: Sequence, *, backward: bool = False, out: int = 0):
