@@ -1,7 +1,8 @@
 """Reading through a chain: one region of a `ChainFile` computed from its inputs.
 
-The stored inputs' regions are read whole, once per read, into buffers this
-thread reuses; the chain's graph then runs on cache-sized pieces of the region
+The stored inputs' regions are read whole, once per read, as views of their files'
+pages where they are one run of bytes on disk (`PagedFile.view`), else into buffers
+this thread reuses; the chain's graph then runs on cache-sized pieces of the region
 (`_chain.SUB_BYTES`), with blocks of nodes used twice kept within a piece.
 """
 
@@ -14,6 +15,8 @@ import threading
 import numpy as np
 
 from ._chain import ChainFile, Region, region_key
+from ._file_map import is_view, release
+from ._storage import PagedFile
 
 __all__ = ["Evaluation", "current_region", "pieces_of"]
 
@@ -74,12 +77,18 @@ class Evaluation:
             return  # 0-d values and constants are made where they are needed
         held = self.leaves.setdefault(id(f), [])
         if not any(_contains(r, region) for r, _ in held):
-            held.append((region, f.read(region, _buffer(region, f.dtype))))
+            block = f.view(region) if isinstance(f, PagedFile) else None
+            if block is None:
+                block = f.read(region, _buffer(region, f.dtype))
+            held.append((region, block))
 
     def release(self) -> None:
         for held in self.leaves.values():
             for _, b in held:
-                _give_back(b)
+                if is_view(b):
+                    release(b)  # its mapped pages leave the resident set
+                else:
+                    _give_back(b)
         self.leaves.clear()
 
     def block(self, src, region):

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ._debris import install_sigterm_cleanup, owner_tag, sweep_partials
+from ._file_map import FileMap
 from ._header import FORMAT_VERSION, HEADER_BYTES, decode_header, encode_header
 from ._iostats import record_read, record_write
 from ._pieces import pread_all, pwrite_all, read_pieces, region_pieces, write_pieces
@@ -76,6 +77,7 @@ class PagedFile:
         self._fd = fd
         self._final_path = final_path  # where `commit` renames to; None once visible
         self.writable = True
+        self._map: FileMap | None = None
         self._finalizer = weakref.finalize(self, _close_and_unlink, fd, path, False)
 
     # -- construction ------------------------------------------------------
@@ -226,6 +228,7 @@ class PagedFile:
 
     def discard(self) -> None:
         """Close and remove the file now (used when a write fails part-way)."""
+        self._map = None
         self._finalizer.detach()
         _close_and_unlink(self._fd, self.path, False)
 
@@ -286,6 +289,34 @@ class PagedFile:
             self._scatter(region, first, run, buf, out, to_pages=False)
         record_read(out.nbytes)
         return out
+
+    def view(self, region: Region | None = None) -> np.ndarray | None:
+        """The values in ``region`` as a read-only view of the file's pages (no
+        copy; see `_file_map`), or None where they are not one run of bytes in the
+        file: a region of whole trailing axes in a file paged in whole trailing
+        axes (every 1-d region qualifies), or one whole page. Drop its pages with
+        `_file_map.release` when done."""
+        region = self.normalize(region)
+        if not self.shape or any(s.stop <= s.start for s in region):
+            return None
+        trailing = zip(region[1:], self.page_shape[1:], self.shape[1:])
+        shape = tuple(s.stop - s.start for s in region)
+        if all(p == n and s.start == 0 and s.stop == n for s, p, n in trailing):
+            row_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
+            offset = HEADER_BYTES + region[0].start * row_bytes
+        else:
+            first = tuple(s.start // p for s, p in zip(region, self.page_shape))
+            if not self._is_whole_page(region, first):
+                return None
+            offset = self._page_offset(first)
+        if self._map is None or self._map.fd != self._fd:
+            try:
+                self._map = FileMap(self._fd, HEADER_BYTES + math.prod(self.grid) * self.page_bytes)
+            except (OSError, ValueError):  # a file system without shared maps
+                return None
+        block = self._map.view(offset, shape, self.dtype)
+        record_read(block.nbytes)
+        return block
 
     def write(self, region: Region | None, data: np.ndarray) -> None:
         """Write ``data`` into ``region``: row pieces straight from ``data`` where
