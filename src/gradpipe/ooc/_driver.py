@@ -22,6 +22,7 @@ from ._allocator import use_mmap_for_tiles
 from ._budget import MemoryBudget, default_page_shape
 from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor, too_deep
 from ._executor import current_executor
+from ._held_results import hold_in_memory, track
 from ._resident import InMemoryResult, is_resident
 from ._storage import PagedFile, Region
 from ._tile_plan import first_tile, passes, stage_of, tile_plan
@@ -90,9 +91,12 @@ class Driver:
     `run` (a nested block-parallel operation).
     """
 
-    def __init__(self, budget: MemoryBudget, name: str = "ooc"):
+    def __init__(self, budget: MemoryBudget, name: str = "ooc", whole: MemoryBudget | None = None):
         self.budget = budget
         self.name = name
+        # the caller's whole budget (``budget`` may be what is left of it for the
+        # tiles): small results are held in memory within shares of it
+        self.whole_budget = budget if whole is None else whole
         use_mmap_for_tiles()
 
     # -- toolkit -------------------------------------------------------------
@@ -229,17 +233,34 @@ class Driver:
             return fused
         plan = self._plan(op, inputs, "forward")
         dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
-        held = bool(plan[0]) and getattr(op, "in_memory_output", False)
-        write = math.prod(plan[0]) * dtype.itemsize if plan[0] and not held else 0
-        summed = (f"output {dtype.name}{list(plan[0])}",) if held else ()
-        with stage_of(op, "forward", inputs, plan, write, self._bytes_for, summed=summed):
-            return self._forward(op, inputs, plan, dtype)
+        out_bytes = math.prod(plan[0]) * dtype.itemsize if plan[0] else 0
+        summed = bool(plan[0]) and getattr(op, "in_memory_output", False)
+        path = getattr(op, "path", None) if isinstance(op, Store) else None
+        small = (  # a small scratch result, kept in an in-memory file (`_held_results`)
+            bool(plan[0])
+            and not summed
+            and path is None
+            and current_executor() is None
+            and hold_in_memory(out_bytes, self.whole_budget)
+        )
+        write = 0 if summed or small else out_bytes
+        output = (f"output {dtype.name}{list(plan[0])}",)
+        with stage_of(
+            op,
+            "forward",
+            inputs,
+            plan,
+            write,
+            self._bytes_for,
+            summed=output if summed else (),
+            held=output if small else (),
+        ):
+            return self._forward(op, inputs, plan, dtype, path, small)
 
-    def _forward(self, op, inputs, plan, dtype) -> Value:
+    def _forward(self, op, inputs, plan, dtype, path, small) -> Value:
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
         page = tile[: len(out_shape)]
-        path = getattr(op, "path", None) if isinstance(op, Store) else None
         executor = current_executor()
         in_memory = getattr(op, "in_memory_output", False)
         if not out_shape:
@@ -247,7 +268,9 @@ class Driver:
         elif in_memory and executor is None:
             out = InMemoryResult(out_shape, dtype)
         else:  # (a cluster's workers write into a file, read back below if in memory)
-            out = PagedFile.create(out_shape, dtype, page, path=path)
+            out = PagedFile.create(out_shape, dtype, page, path=path, in_memory=small)
+            if not out.on_disk:
+                track(out)
         try:
             if executor is not None:
                 acc = executor.forward(self, op, inputs, plan, dtype, out)
@@ -331,28 +354,43 @@ class Driver:
         written for the first time is written without reading it back.
         """
         plan = self._plan(op, inputs, "backward", g)
+        # gradient files of DiskArray inputs, each on disk or, when small, in memory
+        files = [w and v.shape != () and not is_resident(v) for v, w in zip(inputs, wants)]
+        small, pending = [], 0
+        cluster = current_executor() is not None
+        for v, f in zip(inputs, files):
+            nbytes = math.prod(v.shape) * np.dtype(v.dtype).itemsize if f else 0
+            small.append(f and not cluster and hold_in_memory(nbytes, self.whole_budget, pending))
+            pending += nbytes if small[-1] else 0
         write = sum(
             math.prod(v.shape) * np.dtype(v.dtype).itemsize
-            for v, w in zip(inputs, wants)
-            if w and not is_resident(v)
+            for v, w, s in zip(inputs, wants, small)
+            if w and not is_resident(v) and not s
         )
         summed = [v for v, w in zip(inputs, wants) if w and is_resident(v)]
-        with stage_of(op, "backward", inputs, plan, write, self._bytes_for, g=g, summed=summed):
-            return self._backward(op, inputs, output, g, wants, plan)
+        held = [
+            f"the gradient of an input {v.dtype}{list(v.shape)}" for v, s in zip(inputs, small) if s
+        ]
+        with stage_of(
+            op, "backward", inputs, plan, write, self._bytes_for, g=g, summed=summed, held=held
+        ):
+            return self._backward(op, inputs, output, g, wants, plan, small)
 
-    def _backward(self, op, inputs, output, g, wants, plan) -> list[Value | None]:
+    def _backward(self, op, inputs, output, g, wants, plan, small) -> list[Value | None]:
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
         first_regions = op.index_map(*first_tile(out_shape, red_shape, tile), *shapes)
         grads: list[Any] = []
-        for v, w, r in zip(inputs, wants, first_regions):
+        for v, w, r, held in zip(inputs, wants, first_regions, small):
             if not w:
                 grads.append(None)
             elif v.shape == () or is_resident(v):  # summed in memory
                 grads.append(np.zeros(v.shape, v.dtype))
             else:
                 page = tuple(s.stop - s.start for s in r)
-                grads.append(PagedFile.create(v.shape, v.dtype, page))
+                grads.append(PagedFile.create(v.shape, v.dtype, page, in_memory=held))
+                if held and not grads[-1].on_disk:
+                    track(grads[-1])
         # sources: inputs, then g, then (optionally) the forward output
         extra = [g] + ([output] if getattr(op, "backward_uses_output", False) else [])
         try:

@@ -103,19 +103,27 @@ def _split(items: list, parts: int) -> list[list]:
 
 class _PassUnpickler(pickle.Unpickler):
     def persistent_load(self, pid):
-        kind, path, writable = pid
+        kind, where, writable = pid
+        if kind == "memory-file":  # a small result held in memory: sent by value
+            values = where
+            f = PagedFile.create(values.shape, values.dtype, values.shape, in_memory=True)
+            f.write(None, values)
+            return f
         if kind != "paged-file":
             raise pickle.UnpicklingError(f"unknown file reference {kind!r}")
-        return PagedFile.open(path, writable=writable)
+        return PagedFile.open(where, writable=writable)
 
 
 def _dumps(obj) -> bytes:
-    """``obj`` pickled with its array files as references by path, and functions
-    made inside other functions (kernels, a chain's closures) by value."""
+    """``obj`` pickled with its array files as references by path (a small result
+    held in memory: by value), and functions made inside other functions (kernels,
+    a chain's closures) by value."""
     import cloudpickle
 
     class PassPickler(cloudpickle.CloudPickler):
         def persistent_id(self, obj):
+            if isinstance(obj, PagedFile) and not obj.on_disk:
+                return ("memory-file", obj.read(None), False)  # small (`_held_results`)
             if isinstance(obj, PagedFile):
                 return ("paged-file", obj.path, obj.writable)
             return None

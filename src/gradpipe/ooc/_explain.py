@@ -68,6 +68,8 @@ class Plan:
                 lines.append(f"    in memory {m}")
             for m in s.summed_in_memory:
                 lines.append(f"    sums {m} in memory over its tiles")
+            for m in s.held_in_memory:
+                lines.append(f"    holds {m} in memory (a small result)")
         io = self.io
         lines.append(
             f"{len(self.stages)} passes, {self.fused} operations fused; read "

@@ -375,7 +375,7 @@ class OocPrim(_Refusals, _PrimBase):
             held_out = math.prod(self.out_aval.shape) * np.dtype(self.out_aval.dtype).itemsize
 
         def host(*vals):
-            driver = Driver(tile_budget(budget, vals, out=held_out), op.name)
+            driver = Driver(tile_budget(budget, vals, out=held_out), op.name, budget)
             vals = _settled(op, driver, vals)
             return (op.forward(driver, *_merge(vals, consts, _const_value)),)
 
@@ -463,7 +463,7 @@ class OocBackwardPrim(_Refusals, _PrimBase):
         out_dtype = op.out_type(*_merge(self.in_types, consts, _const_type)).dtype
 
         def host(*vals):
-            driver = Driver(tile_budget(budget, vals, backward=True), op.name)
+            driver = Driver(tile_budget(budget, vals, backward=True), op.name, budget)
             vals = _settled(op, driver, vals)
             inputs = _merge(vals[:n], consts, _const_value)
             g = vals[n + 1]

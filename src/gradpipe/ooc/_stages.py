@@ -29,7 +29,9 @@ class Stage:
     pass measured (`IOStats`: bytes and tiles read and written, chains included).
     ``in_memory`` lists the in-memory (resident) operands it read, ``m0: float32[12]``;
     ``summed_in_memory`` what it summed over its tiles in memory rather than wrote:
-    ``the gradient of m0``, or ``output float32[12]`` (an output held in memory).
+    ``the gradient of m0``, or ``output float32[12]`` (an output held in memory);
+    ``held_in_memory`` the small results it kept in memory files instead of scratch
+    files (`_held_results`).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Stage:
     seconds: float = 0.0
     in_memory: tuple[str, ...] = ()
     summed_in_memory: tuple[str, ...] = ()
+    held_in_memory: tuple[str, ...] = ()
 
 
 class _Recorder:
@@ -109,10 +112,12 @@ def stage(
     read: int,
     write: int,
     summed: tuple = (),
+    held: tuple = (),
 ):
     """Measure one pass; a no-op unless `recording` is active. ``summed``: what the
     pass sums in memory: resident inputs (their gradients), or a phrase such as
-    ``"output float32[16]"`` for an output held in memory."""
+    ``"output float32[16]"`` for an output held in memory; ``held``: phrases for
+    the small results it keeps in memory files."""
     if not _active:
         yield
         return
@@ -121,11 +126,11 @@ def stage(
     recs = list(_active)
     named = lambda f, r=recs[0]: name_of(f, r)
     reads = tuple(describe(v, named) for v in inputs)
-    held = {}
+    resident = {}
     for v in inputs:
         for leaf in leaves(v):
             if is_resident(leaf):
-                held[named(leaf)] = f"{named(leaf)}: {leaf.dtype.name}{list(leaf.shape)}"
+                resident[named(leaf)] = f"{named(leaf)}: {leaf.dtype.name}{list(leaf.shape)}"
     sums = tuple(s if isinstance(s, str) else f"the gradient of {named(s)}" for s in summed)
     before, start = io_stats(), time.perf_counter()
     try:
@@ -142,8 +147,9 @@ def stage(
             int(write),
             io_stats() - before,
             time.perf_counter() - start,
-            tuple(held.values()),
+            tuple(resident.values()),
             sums,
+            tuple(held),
         )
         for rec in recs:
             rec.stages.append(s)

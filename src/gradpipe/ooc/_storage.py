@@ -77,6 +77,7 @@ class PagedFile:
         self._fd = fd
         self._final_path = final_path  # where `commit` renames to; None once visible
         self.writable = True
+        self.on_disk = True  # False for a file held in memory: its I/O is not counted
         self._map: FileMap | None = None
         self._finalizer = weakref.finalize(self, _close_and_unlink, fd, path, False)
 
@@ -89,18 +90,25 @@ class PagedFile:
         dtype,
         page_shape,
         path: str | os.PathLike | None = None,
+        *,
+        in_memory: bool = False,
     ) -> PagedFile:
         """A new zero-filled file, invisible until `commit`.
 
-        With ``path=None`` the file is a scratch file, deleted when collected.
-        Raises `OSError` naming the directory and the bytes needed when the disk is
-        full; nothing is left behind in that case.
+        With ``path=None`` the file is a scratch file, deleted when collected;
+        ``in_memory=True`` keeps a scratch file in memory (an anonymous file of
+        the operating system's, `os.memfd_create`), read and written as any other
+        but costing no disk I/O (`_held_results` decides which). Raises `OSError`
+        naming the directory and the bytes needed when the disk is full; nothing is
+        left behind in that case.
         """
         shape = tuple(int(n) for n in shape)
         page_shape = tuple(max(1, min(int(p), max(n, 1))) for p, n in zip(page_shape, shape))
         if len(page_shape) != len(shape):
             raise ValueError(f"page_shape {page_shape} must have one entry per axis of {shape}.")
         dtype = np.dtype(dtype)
+        if in_memory and path is None and hasattr(os, "memfd_create"):
+            return cls._in_memory(shape, dtype, page_shape)
         scratch = path is None
         final = str(get_scratch_dir() / f"{uuid.uuid4().hex}{SUFFIX}") if scratch else str(path)
         if not scratch:
@@ -124,6 +132,27 @@ class PagedFile:
             # A user file that never gets committed must not linger either.
             f._finalizer.detach()
             f._finalizer = weakref.finalize(f, _close_and_unlink, fd, tmp, False)
+        return f
+
+    @classmethod
+    def _in_memory(cls, shape, dtype, page_shape) -> PagedFile:
+        name = f"gradpipe-{uuid.uuid4().hex[:8]}"
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        try:
+            _allocate(
+                fd,
+                HEADER_BYTES
+                + math.prod(_page_grid(shape, page_shape)) * math.prod(page_shape) * dtype.itemsize,
+                "memory",
+            )
+            os.pwrite(fd, encode_header(shape, dtype, page_shape), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        f = cls(f"<memory {name}>", shape, dtype, page_shape, fd=fd, final_path=None)
+        f._scratch, f.on_disk = True, False
+        f._finalizer.detach()  # nothing to unlink: the memory goes with the descriptor
+        f._finalizer = weakref.finalize(f, _close_and_unlink, fd, f.path, True)
         return f
 
     @classmethod
@@ -276,7 +305,8 @@ class PagedFile:
         pieces = self._pieces(region)
         if pieces is not None:
             read_pieces(self._fd, out, pieces, self.path)
-            record_read(out.nbytes)
+            if self.on_disk:
+                record_read(out.nbytes)
             return out
         ps = self.page_shape
         for first, run in self._page_runs(region):
@@ -287,7 +317,8 @@ class PagedFile:
             buf = np.empty((run, *ps), self.dtype)
             pread_all(self._fd, memoryview(buf).cast("B"), self._page_offset(first), self.path)
             self._scatter(region, first, run, buf, out, to_pages=False)
-        record_read(out.nbytes)
+        if self.on_disk:
+            record_read(out.nbytes)
         return out
 
     def view(self, region: Region | None = None) -> np.ndarray | None:
@@ -315,7 +346,8 @@ class PagedFile:
             except (OSError, ValueError):  # a file system without shared maps
                 return None
         block = self._map.view(offset, shape, self.dtype)
-        record_read(block.nbytes)
+        if self.on_disk:
+            record_read(block.nbytes)
         return block
 
     def write(self, region: Region | None, data: np.ndarray) -> None:
@@ -344,7 +376,8 @@ class PagedFile:
         pieces = self._pieces(region)
         if pieces is not None:
             write_pieces(self._fd, np.ascontiguousarray(data), pieces, self.path)
-            record_write(data.nbytes)
+            if self.on_disk:
+                record_write(data.nbytes)
             return
         ps = self.page_shape
         for first, run in self._page_runs(region):
@@ -360,7 +393,8 @@ class PagedFile:
                 buf[...] = 0
             self._scatter(region, first, run, buf, data, to_pages=True)
             pwrite_all(self._fd, memoryview(buf).cast("B"), offset, self.path)
-        record_write(data.nbytes)
+        if self.on_disk:
+            record_write(data.nbytes)
 
     def _pieces(self, region: Region):
         if not self.shape:

@@ -135,10 +135,11 @@ def tile_plan(op, inputs, phase: str, g, budget, name: str):
     return plan, bytes_for
 
 
-def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None, summed=()):
+def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None, summed=(), held=()):
     """The `_stages.stage` of one pass (``g``: a backward pass's cotangent), with
-    the bytes its plan will read from disk (chains: their stored inputs) and what it
-    sums in memory (``summed``: inputs whose gradients, or ``"output ..."``)."""
+    the bytes its plan will read from disk (chains: their stored inputs), what it
+    sums in memory (``summed``: inputs whose gradients, or ``"output ..."``) and the
+    small results it holds in memory instead of writing (``held``: phrases)."""
     if not _stages.recording_active():
         return contextlib.nullcontext()
     tile = plan[2]
@@ -153,5 +154,14 @@ def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None, summed=())
         read += sum(_nbytes(r, 1) * b for r, b, v in zip(regions, per_element, sources) if v.shape)
     peak = bytes_for(tile)
     return _stages.stage(
-        op.name, phase, sources, tile, steps, peak, read, write_bytes, summed=tuple(summed)
+        op.name,
+        phase,
+        sources,
+        tile,
+        steps,
+        peak,
+        read,
+        write_bytes,
+        summed=tuple(summed),
+        held=tuple(held),
     )

@@ -113,7 +113,7 @@ class Contraction(BlockParallelOp):
         which the plan does not count: 3/5 of the budget leaves room for them)."""
         if self._copies(*[np.dtype(v.dtype) for v in inputs]):
             nbytes = max(4096, driver.budget.nbytes * 3 // 5)
-            driver = Driver(MemoryBudget(nbytes), driver.name)
+            driver = Driver(MemoryBudget(nbytes), driver.name, driver.whole_budget)
         return driver.forward(self, inputs)
 
     def _copies(self, da, db) -> bool:
