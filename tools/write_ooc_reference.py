@@ -36,11 +36,17 @@ FAMILIES = [
         "",
         ("ops._reduce", "ops._statistics", "ops._differences"),
     ),
+    (
+        "NaN-skipping reductions",
+        "NumPy's names, outside the array API standard: xarray asks an array's namespace "
+        "for them when it skips missing values (its default for floating data).",
+        ("ops._nanreduce",),
+    ),
     ("Searching functions", "", ("ops._searching",)),
     ("Sorting functions", "", ("ops._sorting",)),
-    ("Manipulation functions", "", ("ops._manipulation",)),
+    ("Manipulation functions", "", ("ops._manipulation", "ops._pad")),
     ("Indexing", "", ("ops._layout", "ops._indexing")),
-    ("Linear algebra", "", ("ops._matmul", "ops._linalg")),
+    ("Linear algebra", "", ("ops._matmul", "ops._linalg", "ops._einsum")),
     (
         "Writing",
         "In-place updates, and `persist`, which writes a fused result now.",

@@ -23,6 +23,7 @@ FAMILIES = [
     "test_fft",
     "test_linalg_extension",
     "test_fusion",
+    "test_nan_reductions",
 ]
 
 _BOOL_OR_INT = "its result is bool or integer: no gradient, as in JAX"
@@ -34,6 +35,7 @@ NO_GRADIENT = {
             "equal not_equal less less_equal greater greater_equal logical_and logical_or "
             "logical_xor logical_not isnan isinf isfinite signbit bitwise_and bitwise_or "
             "bitwise_xor bitwise_invert bitwise_left_shift bitwise_right_shift argmax argmin "
+            "nanargmax nanargmin "
             "count_nonzero searchsorted all any"
         ).split()
     },

@@ -64,9 +64,11 @@ from ._storage import FORMAT_VERSION
 from ._zarr_file import open_zarr
 from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
+from .ops._einsum import register_with_opt_einsum as _register_with_opt_einsum
 
 _install_equinox_filters()  # eqx.filter_grad & co. see DiskArrays as arrays
 _install_jax_hooks()  # JAX's operators and primitives take DiskArrays
+_register_with_opt_einsum()  # opt_einsum.contract (xarray's xr.dot) computes out of core
 
 from . import fft, linalg  # noqa: E402
 

@@ -227,6 +227,21 @@ class DiskArray:
         return self.size * self.dtype.itemsize
 
     @property
+    def chunks(self) -> tuple[tuple[int, ...], ...]:
+        """The blocks the data is stored in, per axis, as xarray and dask give them
+        (``((100, 100, 50), (64,))``): pages of a gradpipe file (or of a fused
+        result's), chunks of a zarr or HDF5 array read in place; one block per axis
+        for an array traced by JAX. Informative only: operations plan their tiles from
+        the budget. xarray takes an array with ``chunks`` for a chunked one (see
+        `gradpipe.ooc.xarray`)."""
+        f = self._file if _is_concrete(self._handle) else None
+        page = tuple(getattr(f, "page_shape", None) or self.shape)
+        return tuple(
+            tuple(min(p, n - s) for s in range(0, n, p)) if n and p else (n,)
+            for n, p in zip(self.shape, page)
+        )
+
+    @property
     def path(self) -> str | None:
         """The file holding the data (``None`` for the symbolic all-zero array)."""
         return getattr(self._concrete_file("path"), "path", None)

@@ -25,6 +25,11 @@ def _dtype_of(x) -> np.dtype | None:
         return None
 
 
+class _ScalarsOnly(ValueError, TypeError):
+    """Only Python scalars were given: a `ValueError`, and a `TypeError` too, which is
+    what xarray (asking one argument at a time) takes for "no promotion needed"."""
+
+
 def result_type(*arrays_and_dtypes):
     """The dtype the standard's promotion gives its arguments (arrays, dtypes, or
     Python scalars, which are weak as in NumPy 2)."""
@@ -40,7 +45,7 @@ def result_type(*arrays_and_dtypes):
             raise TypeError(f"result_type: {a!r} is neither an array, a dtype nor a scalar.")
         args.append(dtype)
     if all(isinstance(a, (bool, int, float, complex)) for a in args):
-        raise ValueError("result_type needs at least one array or dtype besides scalars.")
+        raise _ScalarsOnly("result_type needs at least one array or dtype besides scalars.")
     return np.result_type(*args)
 
 

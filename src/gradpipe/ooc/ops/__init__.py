@@ -7,22 +7,28 @@ One module per family of the array API standard; each exports its functions in i
 from . import (
     _creation,
     _differences,
+    _einsum,
     _elementwise,
     _indexing,
     _linalg,
     _manipulation,
+    _nanreduce,
+    _pad,
     _searching,
     _sorting,
     _statistics,
 )
 from ._creation import *  # noqa: F403
 from ._differences import *  # noqa: F403
+from ._einsum import *  # noqa: F403
 from ._elementwise import *  # noqa: F403
 from ._indexing import *  # noqa: F403
 from ._layout import getitem, slice_rows, slice_tile, transpose
 from ._linalg import *  # noqa: F403
 from ._manipulation import *  # noqa: F403
 from ._matmul import matmul
+from ._nanreduce import *  # noqa: F403
+from ._pad import *  # noqa: F403
 from ._persist import persist
 from ._searching import *  # noqa: F403
 from ._sorting import *  # noqa: F403
@@ -32,10 +38,13 @@ from ._update import update_
 __all__ = [
     *_creation.__all__,
     *_differences.__all__,
+    *_einsum.__all__,
     *_elementwise.__all__,
     *_indexing.__all__,
     *_linalg.__all__,
     *_manipulation.__all__,
+    *_nanreduce.__all__,
+    *_pad.__all__,
     *_searching.__all__,
     *_sorting.__all__,
     *_statistics.__all__,
