@@ -314,3 +314,46 @@ def test_the_memory_budget_holds_on_each_worker(client, rng):
     for worker, p in peak.items():
         # each worker held a few tiles, never the 64 MiB array
         assert p - base[worker] <= budget + 16 * 2**20, (worker, (p - base[worker]) / 2**20)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_jax_parameters_on_the_cluster_equal_one_process_to_rounding(client, rng, jit):
+    """A JAX parameter's gradient is summed over the tasks' tiles in memory, on the
+    workers and then here, in task order."""
+    a, b, _ = grid_arrays(rng)
+    w = jax.numpy.asarray(b[:, 0])  # (384,): a @ w is exact (see grid_arrays)
+
+    def f(w, x):
+        return ooc.mean(ooc.tanh(x @ w) * 2.0)
+
+    grad = jax.value_and_grad(f)
+    if jit:
+        grad = jax.jit(grad)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(a)
+        l_here, g_here = grad(w, x)
+        with ooc.executor(client):
+            l_there, g_there = grad(w, x)
+    n, u = a.shape[0], gamma(1)
+    assert_within(l_there, l_here, (2 * gamma(n) + 2 * u) * 2, "loss")
+    # dL/dw = a.T @ G, G = 2 (1 - tanh(a @ w)**2) / N at most (2 / N)(1 + 8u) in size,
+    # summed over the rows in task groups
+    g_max = 2 / n * (1 + 8 * u)
+    bound = 2 * gamma(n) * g_max * np.sum(np.abs(a), axis=0, dtype=np.float64)
+    assert_within(g_there, g_here, bound, "dL/dw")
+    assert isinstance(g_there, jax.Array) and g_there.shape == w.shape
+
+
+def test_a_small_result_held_in_memory_is_sent_to_the_workers_by_value(client, rng):
+    a, b, _ = grid_arrays(rng)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(a)
+        p = x @ b[:, 0]  # 2 KiB, held in memory here (not a file the workers could open)
+        assert not p._file.on_disk
+        here = value(ooc.sum(ooc.tanh(p) * x[:, 0]))
+        with ooc.executor(client):
+            there = value(ooc.sum(ooc.tanh(p) * x[:, 0]))
+            doubled = value(p * 2.0)  # an elementwise pass whose tiles run on the workers
+    terms = np.abs(np.tanh(value(p)) * a[:, 0])
+    assert_within(there, here, 2 * gamma(a.shape[0]) * np.sum(terms, dtype=np.float64), "sum")
+    np.testing.assert_array_equal(doubled, value(p) * 2)

@@ -231,9 +231,13 @@ class DaskExecutor:
             )
         self._checked_dir = scratch
 
-    def _run(self, driver, fn, payload: bytes, task_args: list[tuple], label: str) -> list:
+    def _run(
+        self, driver, fn, payload: bytes, task_args: list[tuple], label: str, fold=None
+    ) -> list:
         """Submit one task per entry of ``task_args``; their results in order (a
-        progress bar counts finished tasks when progress is on)."""
+        progress bar counts finished tasks when progress is on). With ``fold``, each
+        result is handed to ``fold`` in task order as soon as it and those before it
+        have arrived, and not kept (the list holds None)."""
         from distributed import as_completed
 
         self._check_shared()
@@ -244,11 +248,17 @@ class DaskExecutor:
         ]
         index = {f.key: k for k, f in enumerate(futures)}
         results: list = [None] * len(futures)
+        folded = 0  # results before this one were handed to `fold`
         bar = driver._bar(len(futures), f"{label.rsplit('-', 1)[-1]} on the cluster")
         try:
             # the first failure raises here; the other tasks are cancelled
             for fut, result in as_completed(futures, with_results=True):
                 results[index[fut.key]] = result
+                add_io(result[-1])
+                while fold is not None and folded < len(results) and results[folded] is not None:
+                    fold(results[folded])
+                    results[folded] = None
+                    folded += 1
                 if bar is not None:
                     bar.update()
         except BaseException:
@@ -257,8 +267,6 @@ class DaskExecutor:
         finally:
             if bar is not None:
                 bar.close()
-        for r in results:
-            add_io(r[-1])
         return results
 
     # -- passes ------------------------------------------------------------------
@@ -334,17 +342,23 @@ class DaskExecutor:
                 shared,
             )
         )
-        results = self._run(
-            driver, _backward_task, payload, [(g,) for g in groups], f"{op.name}-backward"
-        )
         sums: list[dict] = [{} for _ in inputs]
-        for kept, in_memory, _ in results:
+
+        def fold(result) -> None:
+            # in task order, so that the sums do not depend on which task finished
+            # first; each task's in-memory gradients are added as they arrive, not
+            # all held until the last task ends
+            kept, in_memory, _ = result
             for i, g in enumerate(in_memory):
                 if g is not None:
                     grads[i] = np.asarray(grads[i] + g, grads[i].dtype)
             for i, parts in enumerate(kept):
                 for key, part in parts.items():
                     sums[i][key] = part if key not in sums[i] else sums[i][key] + part
+
+        self._run(
+            driver, _backward_task, payload, [(g,) for g in groups], f"{op.name}-backward", fold
+        )
         for i, parts in enumerate(sums):
             for key, block in parts.items():
                 grads[i].write(tuple(slice(a, b) for a, b in key), block)
