@@ -279,3 +279,17 @@ def test_explain_shows_passes_formulas_and_io(data):
         assert "mean" in text and "store" in text and "fused" in text
         _value, g = plan.result
         assert not is_chain(g._file)  # store_results wrote it
+
+
+def test_a_stack_of_a_dozen_fused_arrays_plans_within_the_budget(rng):
+    """A step reads its chains one after another, so the plan counts the largest
+    chain's intermediates, not their sum (which refused this at any budget)."""
+    X = rng.standard_normal((24, 64, 64)).astype(np.float32)
+    x = ooc.DiskArray.from_numpy(X)
+    with ooc.MemoryBudget(2**20):
+        parts = [ooc.tanh(x[k] * 2.0) + x[k + 12] for k in range(12)]
+        plan = ooc.explain(lambda: ooc.sum(ooc.stack(parts), axis=0))
+        got = plan.result.to_numpy()
+    assert all(s.projected_peak_bytes <= 2**20 for s in plan.stages)
+    want = np.sum(np.stack([np.tanh(X[k] * 2) + X[k + 12] for k in range(12)]), axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

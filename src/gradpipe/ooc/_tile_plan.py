@@ -83,8 +83,10 @@ def tile_plan(op, inputs, phase: str, g, budget, name: str):
     ahead = ahead_for([*inputs, g] if g is not None else inputs)
     # a cotangent computed on read holds its chain's blocks as well
     g_item = g.stats().peak if is_chain(g) else 0
-    # and every chain read holds piece-sized intermediates
-    fixed = (1 + ahead) * sum(v.stats().fixed for v in (*inputs, g) if is_chain(v))
+    # and every chain read holds piece-sized intermediates while it runs; a step
+    # reads its chains one after another on one thread, so only the largest counts
+    # (summing them refused a stack of a dozen fused arrays at any budget)
+    fixed = (1 + ahead) * max((v.stats().fixed for v in (*inputs, g) if is_chain(v)), default=0)
 
     def bytes_for(tile: tuple[int, ...]) -> int:
         out_r = tuple(slice(0, t) for t in tile[:n_out])
