@@ -35,7 +35,6 @@ def test_variables_are_disk_arrays_read_in_place(files, kind):
 
 
 def test_netcdf4_engine_is_read_in_place_too(files):
-    pytest.importorskip("netCDF4")
     path, _ = files["netcdf4-h5netcdf"]
     gp = open_gradpipe(path, engine="netcdf4")
     assert isinstance(gp["t"].data._file, HDF5File)
