@@ -1,7 +1,6 @@
 """zarr arrays on fsspec stores, in place: ``file://``, ``memory://`` and ``s3://``
 (an S3-compatible server started by the test on loopback)."""
 
-import os
 import uuid
 
 import jax
@@ -9,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import zarr
-from moto.server import ThreadedMotoServer
+from s3_server import s3_bucket
 
 from gradpipe import ooc
 from gradpipe.ooc._zarr_file import ZarrFile
@@ -21,37 +20,8 @@ BUDGET = 16384
 def s3():
     """An S3 server on loopback with one bucket; yields the bucket's URL and the
     storage options that reach it."""
-    saved = {k: os.environ.get(k) for k in ("AWS_EC2_METADATA_DISABLED", "AWS_CONFIG_FILE")}
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # never ask a cloud for credentials
-    os.environ["AWS_CONFIG_FILE"] = os.devnull
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {
-        "endpoint_url": f"http://{host}:{port}",
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"region_name": "us-east-1"},
-    }
-    import boto3
-
-    bucket = f"gradpipe-{uuid.uuid4().hex[:8]}"
-    boto3.client(
-        "s3",
-        endpoint_url=options["endpoint_url"],
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    ).create_bucket(Bucket=bucket)
-    try:
-        yield f"s3://{bucket}", options
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with s3_bucket() as bucket:
+        yield bucket
 
 
 def _loss(xp, x, w):

@@ -4,6 +4,7 @@ an S3 server on loopback), chunks follow the file's, and everything xarray knows
 (values, dims, coordinates, attributes) equals what it reads into memory."""
 
 import pytest
+from s3_server import s3_bucket
 from xrfiles import T_CHUNKS, open_gradpipe, xr
 
 from gradpipe import ooc
@@ -101,35 +102,9 @@ def test_irregular_chunks_are_refused(climate):
 
 
 def test_zarr_on_s3_is_read_in_place(climate):
-    moto = pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
-    import os
-    import uuid
-
-    saved = {k: os.environ.get(k) for k in ("AWS_EC2_METADATA_DISABLED", "AWS_CONFIG_FILE")}
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-    os.environ["AWS_CONFIG_FILE"] = os.devnull
-    server = moto.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        options = {
-            "endpoint_url": f"http://{host}:{port}",
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"region_name": "us-east-1"},
-        }
-        import boto3
-
-        bucket = f"gradpipe-{uuid.uuid4().hex[:8]}"
-        boto3.client(
-            "s3",
-            endpoint_url=options["endpoint_url"],
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket=bucket)
-        url = f"s3://{bucket}/climate.zarr"
+    with s3_bucket() as (bucket, options):
+        url = f"{bucket}/climate.zarr"
         climate.to_zarr(url, storage_options=options, zarr_format=3, consolidated=False)
         gp = xr.open_zarr(
             url, storage_options=options, chunked_array_type="gradpipe", consolidated=False
@@ -140,13 +115,6 @@ def test_zarr_on_s3_is_read_in_place(climate):
             m = gp["t"].mean("time")
         assert isinstance(m.data, ooc.DiskArray)
         xr.testing.assert_allclose(m.compute(), climate["t"].mean("time"), rtol=1e-5)
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_a_lazy_selection_is_read_in_place_then_selected(files):
