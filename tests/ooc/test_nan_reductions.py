@@ -1,6 +1,6 @@
-"""NumPy's NaN-skipping reductions, `einsum` and `pad` in the `gradpipe.ooc` namespace
-(what xarray asks an array's namespace for): values against NumPy, gradients against
-``jax.numpy`` (the gradient table's cases)."""
+"""NumPy's NaN-skipping reductions, `einsum`, `pad`, ``cumsum``/``cumprod`` and
+``ddof`` in the `gradpipe.ooc` namespace (what xarray asks an array's namespace for):
+values against NumPy, gradients against ``jax.numpy`` (the gradient table's cases)."""
 
 import warnings
 
@@ -158,7 +158,47 @@ CASES = [
     case("einsum", lambda xp, a, b: xp.einsum("ij,ij->i", a, b), ((12, 8), (12, 8))),
     case("einsum", lambda xp, a, b: xp.einsum("...ab,b->...a", a, b), ((3, 12, 8), (8,))),
     case("pad", lambda xp, x: xp.pad(x, ((2, 1), (0, 3)), constant_values=0.5) ** 2, ((12, 8),)),
+    case("cumsum", lambda xp, x: xp.cumsum(x, axis=1), ((16, 12),)),
+    case("cumsum", lambda xp, x: xp.cumsum(x), ((6, 5),)),  # flattened
+    case("cumprod", lambda xp, x: xp.cumprod(x, axis=0), ((12, 6),), "near1"),
+    case("std", lambda xp, x: xp.std(x, axis=0, ddof=1), ((24, 6),)),
 ]
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("axis", [None, 0, 1], ids=str)
+def test_numpy_running_sums_match_numpy(rng, name, axis):
+    x = (1 + 0.1 * rng.standard_normal((20, 7))).astype(np.float32)
+    with ooc.MemoryBudget(BUDGET):
+        got = getattr(ooc, name)(ooc.asarray(x), axis=axis)
+    np.testing.assert_allclose(_value(got), getattr(np, name)(x, axis=axis), rtol=1e-5)
+
+
+def test_ddof_is_numpys_name_for_correction(rng):
+    x = rng.standard_normal((30, 4)).astype(np.float32)
+    with ooc.MemoryBudget(BUDGET):
+        d = ooc.asarray(x)
+        np.testing.assert_allclose(_value(ooc.var(d, axis=0, ddof=1)), x.var(0, ddof=1), rtol=1e-5)
+        np.testing.assert_allclose(_value(ooc.std(d, axis=1, ddof=2)), x.std(1, ddof=2), rtol=1e-5)
+        with pytest.raises(TypeError, match="not both"):
+            ooc.std(d, correction=1, ddof=1)
+
+
+def test_numpy_methods_of_a_disk_array(rng):
+    z = (rng.standard_normal((9, 5)) + 1j * rng.standard_normal((9, 5))).astype(np.complex64)
+    x = rng.standard_normal((9, 5)).astype(np.float32)
+    with ooc.MemoryBudget(BUDGET):
+        dz, dx = ooc.asarray(z), ooc.asarray(x)
+        np.testing.assert_array_equal(_value(dz.conj()), z.conj())
+        np.testing.assert_array_equal(_value(dz.conjugate()), z.conjugate())
+        np.testing.assert_array_equal(_value(dz.real), z.real)
+        np.testing.assert_array_equal(_value(dz.imag), z.imag)
+        np.testing.assert_array_equal(
+            _value(dx.argsort(axis=0, kind="stable")), x.argsort(0, kind="stable")
+        )
+        s = np.sort(x[:, 0])
+        got = ooc.asarray(s).searchsorted(np.float32([-0.5, 0.0, 0.5]), side="right")
+        np.testing.assert_array_equal(_value(got), s.searchsorted([-0.5, 0.0, 0.5], side="right"))
 
 
 @pytest.mark.parametrize("dtype, jit", MODES, ids=MODE_IDS)

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _handles
 from ._budget import MemoryBudget, default_page_shape, format_bytes, get_budget
+from ._chain import is_chain
 from ._driver import Driver, Store
 from ._executor import current_executor
 from ._storage import PagedFile
@@ -64,7 +65,18 @@ def _divmod(*, reflected: bool = False):
 
 
 _NOT_BINARY = frozenset(
-    {"getitem", "astype", "update_", "persist", "transpose", "matrix_transpose", "matmul"}
+    {
+        "getitem",
+        "astype",
+        "update_",
+        "persist",
+        "transpose",
+        "matrix_transpose",
+        "matmul",
+        "real",
+        "imag",
+        "conj",
+    }
 )
 
 
@@ -241,6 +253,8 @@ class DiskArray:
         the budget. xarray takes an array with ``chunks`` for a chunked one (see
         `gradpipe.ooc.xarray`)."""
         f = self._file if _is_concrete(self._handle) else None
+        if is_chain(f) and f.stored is None:
+            f = None  # a fused result is not stored: one block (its pages are a plan)
         page = tuple(getattr(f, "page_shape", None) or self.shape)
         return tuple(
             tuple(min(p, n - s) for s in range(0, n, p)) if n and p else (n,)
@@ -505,10 +519,31 @@ class DiskArray:
 
     T = property(_forward("transpose"))
     mT = property(_forward("matrix_transpose"))
+    real = property(_forward("real"))
+    imag = property(_forward("imag"))
+    conj = _forward("conj")
+    conjugate = _forward("conj")
     sum = _reduction("sum")
     mean = _reduction("mean")
     max = _reduction("max")
     astype = _forward("astype")
+
+    def argsort(self, axis=-1, kind=None, order=None, *, stable=None, budget=None) -> DiskArray:
+        """NumPy's ``a.argsort()``: see `gradpipe.ooc.argsort` (``kind="stable"``
+        or ``stable=True`` for a stable order; ``order`` is for structured arrays)."""
+        from . import ops
+
+        if order is not None:
+            raise TypeError("DiskArray.argsort(): order= is for structured arrays.")
+        stable = kind in ("stable", "mergesort") if stable is None else stable
+        return ops.argsort(self, axis=axis, stable=bool(stable), budget=budget)
+
+    def searchsorted(self, v, side="left", sorter=None, *, budget=None):
+        """NumPy's ``a.searchsorted(v)``: see `gradpipe.ooc.searchsorted`."""
+        from . import ops
+
+        return ops.searchsorted(self, v, side=side, sorter=sorter, budget=budget)
+
     update_ = _forward("update_")
     persist = _forward("persist")
 

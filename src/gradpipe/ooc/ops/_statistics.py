@@ -44,6 +44,8 @@ from ._reduce import (
 __all__ = [
     "all",
     "any",
+    "cumprod",
+    "cumsum",
     "cumulative_prod",
     "cumulative_sum",
     "max",
@@ -191,14 +193,34 @@ class _SquaredDeviations(Reduction):
         return (to_primal_dtype(gx, x.dtype), to_primal_dtype(gm, m.dtype))
 
 
-def var(x, /, *, axis=None, correction: int | float = 0.0, keepdims: bool = False, budget=None):
+def _correction(correction, ddof, what: str):
+    """The standard's ``correction``, or NumPy's name for it, ``ddof``."""
+    if ddof is None:
+        return correction
+    if correction != 0.0:
+        raise TypeError(f"{what}: give correction= or NumPy's ddof=, not both.")
+    return ddof
+
+
+def var(
+    x,
+    /,
+    *,
+    axis=None,
+    correction: int | float = 0.0,
+    keepdims: bool = False,
+    ddof: int | float | None = None,
+    budget=None,
+):
     """Variance of ``x`` over ``axis``, out of core: the sum of squared deviations from
     the mean divided by ``N - correction`` (``N`` elements reduced; ``correction=1``
-    gives the sample variance). Two passes over ``x``; differentiable, as ``jnp.var``.
+    gives the sample variance; ``ddof`` is NumPy's name for it). Two passes over
+    ``x``; differentiable, as ``jnp.var``.
 
     **Returns:** a `DiskArray` in NumPy's dtype (float64 for ints, the real dtype for
     complex input), or a 0-d JAX array when every axis is reduced without ``keepdims``.
     """
+    correction = _correction(correction, ddof, "var")
     if isinstance(correction, bool) or not isinstance(correction, (int, float, np.number)):
         raise TypeError(f"var: correction must be a real number, got {correction!r}.")
     t = type_of(x)
@@ -243,9 +265,19 @@ def _sqrt(xp, v):
     return xp.sqrt(v)
 
 
-def std(x, /, *, axis=None, correction: int | float = 0.0, keepdims: bool = False, budget=None):
+def std(
+    x,
+    /,
+    *,
+    axis=None,
+    correction: int | float = 0.0,
+    keepdims: bool = False,
+    ddof: int | float | None = None,
+    budget=None,
+):
     """Standard deviation of ``x`` over ``axis``: the square root of `var` (same
     arguments), out of core; differentiable, as ``jnp.std``."""
+    correction = _correction(correction, ddof, "std")
     t = type_of(x)
     if t is not None:
         axes = normalize_axes(axis, len(t.shape))
@@ -436,3 +468,22 @@ def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial: bool = Fals
     (the initial value is 1). Differentiable, as ``jnp.cumulative_prod`` (zeros
     included: each tile's gradient is JAX's)."""
     return _cumulative("prod", x, axis, dtype, include_initial, budget)
+
+
+def cumsum(x, /, axis=None, dtype=None, *, budget=None):
+    """NumPy's ``cumsum``: `cumulative_sum` along ``axis``, over the flattened array
+    when ``axis`` is None (as NumPy, and xarray, call it)."""
+    return cumulative_sum(_flat_unless(x, axis), axis=axis, dtype=dtype, budget=budget)
+
+
+def cumprod(x, /, axis=None, dtype=None, *, budget=None):
+    """NumPy's ``cumprod``: `cumulative_prod` along ``axis`` (flattened when None)."""
+    return cumulative_prod(_flat_unless(x, axis), axis=axis, dtype=dtype, budget=budget)
+
+
+def _flat_unless(x, axis):
+    from ._manipulation import reshape
+
+    t = type_of(x)
+    ndim = len(t.shape) if t is not None else np.ndim(x)
+    return reshape(x, (-1,)) if axis is None and ndim != 1 else x

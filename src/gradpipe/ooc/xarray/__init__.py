@@ -52,7 +52,8 @@ What to know:
 
 The modules: `_manager` (the chunk manager), `_from_array` (what is read in place
 and what is copied), `_store` (writing tile by tile), `_load` (the load guard),
-`_blocks` (NumPy functions of blocks), `_chunks` (chunk specifications).
+`_blocks` (NumPy functions of blocks), `_chunks` (chunk specifications),
+`_namespace` (the namespace the manager hands xarray).
 """
 
 from __future__ import annotations

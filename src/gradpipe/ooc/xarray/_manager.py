@@ -94,10 +94,11 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
 
     @property
     def array_api(self):
-        """`gradpipe.ooc`, the DiskArray's array API namespace."""
-        from gradpipe import ooc
+        """`gradpipe.ooc`, the DiskArray's array API namespace (its creation
+        functions also take dask's ``chunks=``, as xarray passes it)."""
+        from ._namespace import namespace
 
-        return ooc
+        return namespace
 
     # -- NumPy functions of blocks -------------------------------------------------
 
