@@ -25,9 +25,8 @@ cubed), without copying them: each test is xarray's function, given other global
 or fixtures.
 
 xarray's test modules use marks (``flaky``, ``network``, ``skip_with_dask_array``)
-that our pytest configuration does not declare; with ``--strict-markers`` an
-undeclared mark fails the import, so they are declared on the running session
-before the import. ``test_duck_array_wrapping`` switches JAX's x64 on when
+that ``--strict-markers`` refuses unless declared: pyproject.toml declares them.
+``test_duck_array_wrapping`` switches JAX's x64 on when
 imported; the flag is put back.
 
 Expected failures (``xfail(strict=True)``), each a limitation of gradpipe or of the
@@ -81,17 +80,6 @@ from xarray.namedarray.parallelcompat import guess_chunkmanager  # noqa: E402
 
 from gradpipe import ooc  # noqa: E402
 from gradpipe.ooc.xarray import GradpipeChunkManager  # noqa: E402
-
-#: The marks of xarray's test modules that our configuration does not declare.
-XARRAY_MARKS = {
-    "flaky": "xarray's: a test that may fail by chance",
-    "network": "xarray's: a test that needs the network",
-    "skip_with_dask_array": "xarray's: skipped when xarray runs on its dask-array backend",
-}
-_config = getattr(pytest.mark, "_config", None)  # the running session's configuration
-if _config is not None:
-    for _name, _doc in XARRAY_MARKS.items():
-        _config.addinivalue_line("markers", f"{_name}: {_doc}")
 
 
 def _import(name: str):
