@@ -11,7 +11,6 @@ import numpy as np
 
 from . import _handles
 from ._budget import MemoryBudget, default_page_shape, format_bytes, get_budget
-from ._chain import is_chain
 from ._driver import Driver, Store
 from ._executor import current_executor
 from ._storage import PagedFile
@@ -253,8 +252,6 @@ class DiskArray:
         the budget. xarray takes an array with ``chunks`` for a chunked one (see
         `gradpipe.ooc.xarray`)."""
         f = self._file if _is_concrete(self._handle) else None
-        if is_chain(f) and f.stored is None:
-            f = None  # a fused result is not stored: one block (its pages are a plan)
         page = tuple(getattr(f, "page_shape", None) or self.shape)
         return tuple(
             tuple(min(p, n - s) for s in range(0, n, p)) if n and p else (n,)

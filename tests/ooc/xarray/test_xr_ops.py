@@ -200,22 +200,3 @@ def test_what_xarray_can_only_do_in_memory_is_refused_above_the_budget(gp):
     with SMALL, pytest.raises(MemoryError, match=r"apply_ufunc\(_interpnd\)"):
         gp["t"].interp(lat=[0.5, 1.5])
 
-
-def test_a_fused_result_is_one_chunk_so_core_dimensions_need_no_rechunk(rng):
-    """A transposed (fused, not stored) array reports one block per axis: its pages
-    would be a plan that depends on the budget, and xarray refuses a core
-    dimension split across chunks."""
-    t = xr.DataArray(rng.random((120, 36, 48)).astype(np.float32), dims=("time", "lat", "lon"))
-    g = t.chunk(time=-1, chunked_array_type="gradpipe")
-    with ooc.MemoryBudget("2MiB"):
-        assert g.transpose("lat", "lon", "time").data.chunks[-1] == (120,)
-        r = xr.apply_ufunc(
-            lambda a: np.sort(a, axis=-1),
-            g,
-            input_core_dims=[["time"]],
-            output_core_dims=[["time"]],
-            dask="parallelized",
-        )
-        assert isinstance(r.data, ooc.DiskArray)
-        got = r.transpose(*t.dims).values
-    np.testing.assert_array_equal(got, np.sort(t.values, axis=0))
