@@ -11,7 +11,16 @@ import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).parent
-ORDER = ["core_overhead.py", "components.py", "serve.py", "ooc_matmul.py"]
+ORDER = [
+    "core_overhead.py",
+    "components.py",
+    "serve.py",
+    "ooc_matmul.py",
+    "ooc_chain.py",
+    "ooc_params.py",
+    "ooc_xarray.py",
+    "ooc_cluster.py",
+]
 
 
 def main() -> int:
