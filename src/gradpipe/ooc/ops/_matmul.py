@@ -310,26 +310,27 @@ class Contraction(BlockParallelOp):
 
 
 def _gemv(dtype, x, y, c, lay, accumulate) -> bool:
-    """``c (+)= op(x) @ op(y)`` by BLAS ``gemv`` when one side of the product is a
-    vector (one row of ``c``, or one column): ``gemm`` with a unit side runs 3-4
-    times slower in OpenBLAS (a matrix times a parameter vector, and its gradient).
-    Returns whether it did."""
+    """``c (+)= op(x) @ op(y)`` as a matrix times a vector when one side of the
+    product is one (one row of ``c``, or one column): OpenBLAS's ``gemm`` with a unit
+    side runs 3-4 times slower. NumPy's ``matmul`` calls its BLAS ``gemv``, threaded;
+    SciPy's took twice as long on a 64 MiB tile here. Returns whether it did."""
     m, n = c.shape
     if (m == 1) == (n == 1):
         return False
-    gemv = blas.get_blas_funcs("gemv", dtype=dtype)
-    beta = 1.0 if accumulate else 0.0
-    # as for gemm below, in Fortran order: c.T (+)= op(y.T) @ op(x.T)
-    if m == 1:  # c's one row: op(y.T) times the one column of op(x.T)
-        u = x[:, 0] if lay.trans_x else x[0, :]
-        target = c[0, :]
-        result = gemv(1.0, y.T, u, beta=beta, y=target, trans=int(lay.trans_y), overwrite_y=1)
-    else:  # c's one column: op(x.T)ᵀ times the one row of op(y.T)
-        r = y[0, :] if lay.trans_y else y[:, 0]
-        target = c[:, 0]
-        result = gemv(1.0, x.T, r, beta=beta, y=target, trans=1 - int(lay.trans_x), overwrite_y=1)
-    if not np.shares_memory(result, target):
-        target[...] = result
+    a = x.T if lay.trans_x else x
+    b = y.T if lay.trans_y else y
+    if m == 1:  # c's one row: the first row of op(x) times op(y)
+        vector, matrix, target = a[0, :], b, c[0, :]
+        product = lambda out=None: np.matmul(vector, matrix, out=out)
+    else:  # c's one column: op(x) times the first column of op(y)
+        vector, matrix, target = b[:, 0], a, c[:, 0]
+        product = lambda out=None: np.matmul(matrix, vector, out=out)
+    if accumulate:
+        target += product()
+    elif target.flags.c_contiguous and target.dtype == np.result_type(vector, matrix):
+        product(out=target)
+    else:
+        target[...] = product()
     return True
 
 
