@@ -259,7 +259,7 @@ class PagedFile:
         """Close and remove the file now (used when a write fails part-way)."""
         self._map = None
         self._finalizer.detach()
-        _close_and_unlink(self._fd, self.path, False)
+        _close_and_unlink(self._fd, self.path, keep=not self.on_disk)  # in memory: no name
 
     @property
     def is_scratch(self) -> bool:
