@@ -105,3 +105,17 @@ def test_gradients_of_small_disk_parameters_are_held_in_memory(X, rng):
     assert not g._file.on_disk
     want = jax.grad(lambda w: jnp.sum(jnp.tanh(jnp.asarray(data) @ w)))(jnp.asarray(w.to_numpy()))
     np.testing.assert_allclose(g.to_numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+def test_without_a_memory_file_to_be_had_a_small_result_goes_to_disk(X, rng, monkeypatch):
+    data, x = X
+
+    def no_more(name, flags=0):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr("os.memfd_create", no_more)
+    w = rng.standard_normal(32).astype(np.float32)
+    with ooc.MemoryBudget(BUDGET):
+        p = x @ w
+    assert p._file.on_disk
+    np.testing.assert_allclose(p.to_numpy(), data @ w, rtol=1e-5, atol=1e-4)

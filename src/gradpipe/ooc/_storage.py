@@ -108,7 +108,8 @@ class PagedFile:
             raise ValueError(f"page_shape {page_shape} must have one entry per axis of {shape}.")
         dtype = np.dtype(dtype)
         if in_memory and path is None and hasattr(os, "memfd_create"):
-            return cls._in_memory(shape, dtype, page_shape)
+            with contextlib.suppress(OSError):  # no memory file to be had: on disk
+                return cls._in_memory(shape, dtype, page_shape)
         scratch = path is None
         final = str(get_scratch_dir() / f"{uuid.uuid4().hex}{SUFFIX}") if scratch else str(path)
         if not scratch:
