@@ -52,6 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _measure import mapped_bytes, measured, proc_io, rel, write_report
+
 CONTENDERS = ["gradpipe", "jax-memory", "numpy-memory", "dask"]
 FLOORS = ["jax-memory", "numpy-memory"]
 MIB = 2**20
@@ -62,40 +64,6 @@ VERDICT = {None: "n/a", True: "PASS", False: "MISS"}
 
 
 # ---------------------------------------------------------------- process counters
-def _status_mib(key: str) -> float:
-    with open("/proc/self/status") as fh:
-        return next(int(ln.split()[1]) / 1024 for ln in fh if ln.startswith(key + ":"))
-
-
-def _proc_io() -> dict[str, int]:
-    with open("/proc/self/io") as fh:
-        return {k: int(v) for k, v in (line.split(":") for line in fh)}
-
-
-def _mapped_bytes(*paths: Path) -> int:
-    """Resident bytes of this process's mappings of ``paths``."""
-    total, inside, targets = 0, False, {str(p.resolve()) for p in paths}
-    with open("/proc/self/smaps") as fh:
-        for line in fh:
-            head = line.split(maxsplit=5)
-            if "-" in head[0] and len(head) >= 5:
-                inside = len(head) == 6 and head[5].strip() in targets
-            elif inside and head[0] == "Rss:":
-                total += int(head[1]) * 1024
-    return total
-
-
-def _timed(fn):
-    """``fn()`` once: its result, and its time and peak RSS (VmHWM reset first)."""
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")  # VmHWM back to the current RSS (Linux >= 4.0)
-    base = _status_mib("VmRSS")
-    t = time.perf_counter()
-    out = fn()
-    rec = {"time": time.perf_counter() - t, "base_rss_mib": base}
-    rec["peak_rss_mib"] = _status_mib("VmHWM")
-    rec["above_base_mib"] = rec["peak_rss_mib"] - base
-    return rec, out
 
 
 # ---------------------------------------------------------------- workers
@@ -140,7 +108,7 @@ def _jax_worker(name: str, d: Path, budget_mib: int, zeros: dict):
     with budget:
         params, state, _, _ = jax.block_until_ready(step(params, opt.init(params), X, y))
         io0 = io_stats()
-        rec, out = _timed(lambda: jax.block_until_ready(step(params, state, X, y)))
+        rec, out = measured(lambda: jax.block_until_ready(step(params, state, X, y)))
         io = None if io0 is None else io_stats() - io0
     rec["read"], rec["written"] = (0, 0) if io is None else (io.bytes_read, io.bytes_written)
     return rec, out
@@ -172,12 +140,12 @@ def _numpy_worker(name: str, d: Path, budget_mib: int, zeros: dict):
         return (*_numpy_adam(params, state, grads), value, grads)
 
     params, state, _, _ = step(zeros, (0, dict(zeros), dict(zeros)))
-    io0 = _proc_io()
-    rec, out = _timed(lambda: step(params, state))
-    io1 = _proc_io()
+    io0 = proc_io()
+    rec, out = measured(lambda: step(params, state))
+    io1 = proc_io()
     rec["read"], rec["written"] = io1["rchar"] - io0["rchar"], io1["wchar"] - io0["wchar"]
     if name == "dask":
-        rec["mapped"] = _mapped_bytes(xpath, ypath)
+        rec["mapped"] = mapped_bytes(xpath, ypath)
         rec["read"] += rec["mapped"]
     return rec, out
 
@@ -264,17 +232,10 @@ def main() -> None:
         shutil.rmtree(d, ignore_errors=True)
     print(f"load after: {os.getloadavg()}")
     report = print_table(results, args)
-    if args.json == "-":
-        print(json.dumps(report, indent=1))
-    elif args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    write_report(report, args.json)
 
 
 # ---------------------------------------------------------------- report
-def _rel(got, want) -> float:
-    """Max absolute difference over the largest reference entry."""
-    got, want = np.atleast_1d(got), np.atleast_1d(want)
-    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
 def print_table(results: dict[str, list[dict]], args) -> dict:
@@ -295,7 +256,7 @@ def print_table(results: dict[str, list[dict]], args) -> dict:
         for k in ("peak_rss_mib", "above_base_mib", "read", "written"):
             r[k] = max(rec[k] for rec in recs)
         for k in OUTPUTS if ref else ():
-            r[f"{k}_rel_diff"] = max(_rel(rec[k], ref[k]) for rec in recs)
+            r[f"{k}_rel_diff"] = max(rel(rec[k], ref[k]) for rec in recs)
         diffs = "".join(f" {r.get(f'{k}_rel_diff', np.nan):>10.1e}" for k in OUTPUTS)
         print(
             f"{name:<14} {r['median_s']:>9.3f} {r['read'] / x_bytes:>7.3f} {r['written'] / MIB:>10.2f}"

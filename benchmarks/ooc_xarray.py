@@ -98,6 +98,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _measure import dir_bytes, measured, rel, status_mib, write_report
+
 CONTENDERS = ["gradpipe", "dask", "cubed", "numpy"]
 MIB = 2**20
 N_TIME = 1461  # 2001-01-01 .. 2004-12-31, daily
@@ -107,34 +109,6 @@ WARM = {"time": slice(0, 90)}  # the warm-up: the first three months
 
 
 # ---------------------------------------------------------------- process counters
-def _status_mib(key: str) -> float:
-    with open("/proc/self/status") as fh:
-        return next(int(ln.split()[1]) / 1024 for ln in fh if ln.startswith(key + ":"))
-
-
-def _proc_io() -> dict[str, int]:
-    with open("/proc/self/io") as fh:
-        return {k: int(v) for k, v in (line.split(":") for line in fh)}
-
-
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
-
-
-def _timed(fn):
-    """``fn()`` once: its result, its time, peak RSS (VmHWM reset first) and /proc I/O."""
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")  # VmHWM back to the current RSS (Linux >= 4.0)
-    base = _status_mib("VmRSS")
-    io0 = _proc_io()
-    t = time.perf_counter()
-    out = fn()
-    rec = {"time": time.perf_counter() - t, "base_rss_mib": base}
-    io1 = _proc_io()
-    rec["peak_rss_mib"] = _status_mib("VmHWM")
-    rec["above_base_mib"] = rec["peak_rss_mib"] - base
-    rec["proc_read"], rec["proc_written"] = io1["rchar"] - io0["rchar"], io1["wchar"] - io0["wchar"]
-    return rec, out
 
 
 # ---------------------------------------------------------------- the workload
@@ -199,7 +173,7 @@ def _open(name: str, path: Path, fmt: str, t_chunk: int, budget_mib: int, d: Pat
 
 def worker(name: str, d: Path, fmt: str, t_chunk: int, budget_mib: int) -> dict:
     """Contender ``name``: the workload once on three months (untimed), then timed."""
-    start = _status_mib("VmRSS")
+    start = status_mib("VmRSS")
     import xarray as xr
 
     xr.set_options(use_flox=False)
@@ -214,14 +188,14 @@ def worker(name: str, d: Path, fmt: str, t_chunk: int, budget_mib: int) -> dict:
             from gradpipe import ooc
 
             io0 = ooc.io_stats()
-        rec, out = _timed(lambda: workload(ds))
+        rec, out = measured(lambda: workload(ds))
         if name == "gradpipe":
             io = ooc.io_stats() - io0
             rec["read"], rec["written"] = io.bytes_read, io.bytes_written
         else:
             rec["read"], rec["written"] = rec["proc_read"], rec["proc_written"]
     if name == "cubed":
-        rec["workdir_bytes"] = _dir_bytes(d / "cubed-work")
+        rec["workdir_bytes"] = dir_bytes(d / "cubed-work")
         rec["written"] = max(rec["written"], rec["workdir_bytes"])
     rec.update(name=name, warm_s=warm, start_rss_mib=start)
     rec["above_start_mib"] = rec["peak_rss_mib"] - start
@@ -455,19 +429,10 @@ def main() -> None:
         print("\ngradpipe a step at a time under ooc.explain (one more run, not among the rounds):")
         print_explain(explained, size)
         report["explain"] = explained
-    if args.json == "-":
-        print(json.dumps(report, indent=1))
-    elif args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    write_report(report, args.json)
 
 
 # ---------------------------------------------------------------- report
-def _rel(got, want) -> float:
-    """Max absolute difference over the largest reference entry."""
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        return float("inf")
-    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
 def print_table(results: dict[str, list[dict]], args, size: int) -> dict:
@@ -491,7 +456,7 @@ def print_table(results: dict[str, list[dict]], args, size: int) -> dict:
             r[k] = max(rec[k] for rec in recs)
         r["proc_read"] = max(rec["proc_read"] for rec in recs)
         if ref is not None:
-            r["rel_diff"] = max(_rel(rec["series"], ref) for rec in recs)
+            r["rel_diff"] = max(rel(rec["series"], ref) for rec in recs)
         print(
             f"{name:<10} {r['median_s']:>9.2f} {r['warm_s']:>7.2f} {r['read'] / size:>10.3f}"
             f" {r['written'] / MIB:>10.1f} {r['peak_rss_mib']:>9.0f} {r['above_base_mib']:>11.0f}"
