@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -76,6 +75,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _measure import dir_bytes, mapped_bytes, measured
+
 CHAIN = ["numpy", "numpy-memmap", "dask", "cubed", "gradpipe-fwd", "gradpipe-grad"]
 CHAIN += ["gradpipe-fwd-jit", "write-floor"]
 MATMUL = ["gradpipe-matmul", "gradpipe-matmul-epilogue"]
@@ -84,56 +85,6 @@ MIB = 2**20
 
 
 # ---------------------------------------------------------------- process counters
-
-
-def _status_mib(key: str) -> float:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _reset_peak() -> float:
-    """Reset VmHWM to the current RSS (Linux >= 4.0) and return that RSS in MiB.
-    VmHWM, not ru_maxrss: ru_maxrss survives fork and exec and cannot be reset."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
-        pass
-    return _status_mib("VmRSS")
-
-
-def _proc_io() -> dict[str, int]:
-    try:
-        with open("/proc/self/io") as fh:
-            return {k: int(v) for k, v in (line.split(":") for line in fh)}
-    except OSError:
-        return {"rchar": 0, "wchar": 0}
-
-
-def _mapped_bytes(path: Path) -> int:
-    """Resident bytes of this process's mappings of ``path``."""
-    total, inside, target = 0, False, str(path.resolve())
-    try:
-        with open("/proc/self/smaps") as fh:
-            for line in fh:
-                head = line.split(maxsplit=5)
-                if "-" in head[0] and len(head) >= 5:
-                    inside = len(head) == 6 and head[5].strip() == target
-                elif inside and head[0] == "Rss:":
-                    total += int(head[1]) * 1024
-    except OSError:
-        pass
-    return total
-
-
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def _row_chunk(cols: int, budget_mib: int) -> int:
@@ -150,17 +101,8 @@ def _chain(xp, x):
 
 def _timed(fn):
     """Run ``fn`` once, with the peak RSS and the process I/O counters around it."""
-    base = _reset_peak()
-    io0 = _proc_io()
-    t = time.perf_counter()
-    value = fn()
-    dt = time.perf_counter() - t
-    io1 = _proc_io()
-    rec = {"times": [dt], "value": value, "base_rss_mib": base}
-    rec["peak_rss_mib"] = _status_mib("VmHWM")
-    rec["above_base_mib"] = rec["peak_rss_mib"] - base
-    rec["proc_read"] = io1["rchar"] - io0["rchar"]
-    rec["proc_written"] = io1["wchar"] - io0["wchar"]
+    rec, value = measured(fn)
+    rec["times"], rec["value"] = [rec.pop("time")], value
     return rec
 
 
@@ -187,7 +129,7 @@ def worker(name: str, d: Path, budget_mib: int) -> dict:
                 rec = _timed(lambda: float(chain.compute()))
         else:
             rec = _timed(lambda: float(_chain(np, X)))
-        rec["mapped"] = _mapped_bytes(xpath)
+        rec["mapped"] = mapped_bytes(xpath)
         rec["read"] = rec["proc_read"] + rec["mapped"]
         rec["written"] = rec["proc_written"]
     elif name == "cubed":
@@ -198,7 +140,7 @@ def worker(name: str, d: Path, budget_mib: int) -> dict:
         spec = cubed.Spec(work_dir=str(work), allowed_mem=budget)
         chain = _chain(xp, cubed.from_zarr(str(d / "X.zarr"), spec=spec))
         rec = _timed(lambda: float(chain.compute()))
-        rec["workdir_bytes"] = _dir_bytes(work) if work.exists() else 0
+        rec["workdir_bytes"] = dir_bytes(work) if work.exists() else 0
         rec["read"] = rec["proc_read"]
         rec["written"] = max(rec["proc_written"], rec["workdir_bytes"])
         shutil.rmtree(work, ignore_errors=True)
