@@ -199,4 +199,3 @@ def test_what_xarray_can_only_do_in_memory_is_refused_above_the_budget(gp):
             op()
     with SMALL, pytest.raises(MemoryError, match=r"apply_ufunc\(_interpnd\)"):
         gp["t"].interp(lat=[0.5, 1.5])
-
