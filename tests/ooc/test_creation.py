@@ -156,3 +156,10 @@ CASES = GRAD_CASES
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_creation_gradients_equal_jax(case, dtype, jit):
     check(case, dtype, jit)
+
+
+@pytest.mark.parametrize("k", [2**63, -(2**63) - 1, 7, -5], ids=str)
+def test_eye_with_a_diagonal_past_the_array_is_all_zeros(k):
+    """(found by the array API suite: a k beyond 64 bits overflowed NumPy's indices)"""
+    got = ooc.eye(3, 5, k=k)
+    np.testing.assert_array_equal(np.asarray(got.to_numpy()), np.eye(3, 5, k=max(-3, min(k, 5))))

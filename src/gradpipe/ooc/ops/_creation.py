@@ -202,6 +202,9 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None, budget=None):
     check_device(device)
     n_cols = n_rows if n_cols is None else n_cols
     dtype = _default_float(dtype)
+    # a diagonal past the last row or column is all zeros whatever its distance
+    # (so any Python int will do: NumPy's index arithmetic takes 64 bits)
+    k = max(-n_rows, min(int(k), n_cols))
 
     def rows(a, b):
         out = np.zeros((b - a, n_cols), dtype)
