@@ -73,6 +73,19 @@ def test_tiles_follow_the_chunks(h5):
     assert not contiguous.whole_chunks
 
 
+def test_io_stats_count_what_hdf5_reads(h5):
+    """A filtered chunk is decoded whole by every read that touches it; an unfiltered
+    one HDF5 reads in part: io_stats counts the chunks in the first case, the
+    region in the second."""
+    path, _ = h5
+    part = (slice(1, 3), slice(5, 9))  # inside one chunk of each dataset
+    for name, counted in [("chunked", 32 * 40 * 4), ("group/big_endian", 2 * 4 * 8)]:
+        f = ooc.open_hdf5(path, name)._file
+        ooc.reset_io_stats()
+        f.read(part)
+        assert ooc.io_stats().bytes_read == counted, name
+
+
 def test_a_matmul_and_a_gradient(h5, rng):
     path, data = h5
     x = ooc.open_hdf5(path, "chunked")

@@ -29,6 +29,8 @@ import weakref
 
 import numpy as np
 
+from ._picked_rows import PickedRows
+
 __all__ = ["ChainFile", "MAX_DEPTH", "Unread", "describe", "is_chain", "settle_readers", "unstored"]
 
 #: Chains longer than this are cut: their deepest input is written first (a read
@@ -167,6 +169,15 @@ class ChainFile:
         """One lazy output per entry of ``dtypes``, all computed by one ``compute``."""
         node = _Node(label, sources, regions, compute, out_shape, len(dtypes))
         return [cls(node, i, d, page_shape, budget_bytes) for i, d in enumerate(dtypes)]
+
+    @classmethod
+    def picking(cls, rows: PickedRows, budget_bytes) -> ChainFile:
+        """``rows`` as a chain: read through by its consumers, written only when
+        one writes into it or reads it over and over."""
+        node = _Node("take", [rows], lambda r: [r], lambda blocks: (blocks[0],), rows.shape)
+        chain = cls(node, 0, rows.dtype, rows.page_shape, budget_bytes)
+        watch(rows.source, chain)  # a write into the source first stores the chain
+        return chain
 
     # -- once stored: the stored file's interface ---------------------------------
 
@@ -338,8 +349,9 @@ class _Stats:
         # a read holds its stored inputs' blocks and its output block; the chain's
         # intermediates are piece-sized (`SUB_BYTES` each, at most one per step)
         self.max_itemsize = max((f.dtype.itemsize for _, _, f, _ in order), default=1)
+        # (a leaf read through another array, `PickedRows`, holds two buffers)
         self.peak = top.dtype.itemsize + sum(
-            leaf.dtype.itemsize * factor
+            leaf.dtype.itemsize * factor * getattr(leaf, "buffers", 1)
             for kind, leaf, _, factor in order
             if kind == "leaf" and getattr(leaf, "on_disk", True)
         )
@@ -348,7 +360,7 @@ class _Stats:
         self.piece_bytes = max(16, min(SUB_BYTES, top.budget_bytes // (32 * (1 + steps))))
         self.fixed = 2 * self.piece_bytes * (1 + steps)
         self.leaf_bytes = sum(
-            leaf.dtype.itemsize * factor
+            leaf.dtype.itemsize * factor * getattr(leaf, "buffers", 1)
             for leaf, factor in self.leaves
             if getattr(leaf, "on_disk", True)
         )
@@ -440,7 +452,11 @@ def leaves(f) -> list:
             if g.node is not None:
                 stack.extend(g.node.sources)
             continue
-        out.append(g.stored if isinstance(g, ChainFile) else g)
+        leaf = g.stored if isinstance(g, ChainFile) else g
+        if isinstance(leaf, PickedRows):
+            stack.append(leaf.source)  # read through: its source is what is read
+        else:
+            out.append(leaf)
     return out
 
 
@@ -453,7 +469,10 @@ def _formula(g, name_leaf) -> str:
         return f"{text}[{g.index}]" if _outputs(g) > 1 else text
     if isinstance(g, Unread):
         return "_"
-    return name_leaf(g.stored if isinstance(g, ChainFile) else g)
+    leaf = g.stored if isinstance(g, ChainFile) else g
+    if isinstance(leaf, PickedRows):
+        return leaf.formula(lambda f: _formula(f, name_leaf))
+    return name_leaf(leaf)
 
 
 def _outputs(g: ChainFile) -> int:

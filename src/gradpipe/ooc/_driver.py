@@ -201,6 +201,20 @@ class Driver:
         self._cut([chain], inputs)
         return chain
 
+    def pick(self, op, inputs: Sequence[Value]) -> ChainFile | None:
+        """``op``'s output as rows of its input read through (`PickedRows`), when
+        ``op`` offers it (``op.picked_rows``: a take along one axis by an index in
+        memory that names rows in runs); else None. A cluster's passes gather into
+        files (their tasks take files, not chains over other processes' arrays)."""
+        pick = getattr(op, "picked_rows", None)
+        if pick is None or current_executor() is not None:
+            return None
+        rows = pick(self, inputs)
+        if rows is None:
+            return None
+        _stages.fused()
+        return ChainFile.picking(rows, self.budget.nbytes)
+
     def _cut(self, chains, sources) -> None:
         """Write the chain ``sources`` of new ``chains`` that are too deep for their
         budget (`too_deep`): the new chains then read them as stored inputs."""

@@ -8,7 +8,9 @@ contiguous dataset gets the default page shape of a new array. Reads go through
 ``read_direct`` into the driver's buffer: no intermediate copy.
 
 ``io_stats().bytes_read`` counts, as for zarr, the decoded bytes of every chunk
-a read touches (a contiguous dataset: the region's bytes).
+a read touches when the chunks are filtered (compressed: HDF5 decodes each whole);
+for unfiltered chunks and contiguous datasets, which HDF5 reads in part, the
+region's bytes.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class HDF5File(InPlaceFile):
         self.shape = tuple(int(n) for n in node.shape)
         self.dtype = dtype.newbyteorder("=")  # HDF5 converts to native order on read
         self.whole_chunks = node.chunks is not None
+        # HDF5 decodes a filtered (compressed) chunk whole on every read that
+        # touches it; an unfiltered one it reads in part, only the selection
+        self._decodes_whole = self.whole_chunks and node.id.get_create_plist().get_nfilters() > 0
         if node.chunks is not None:
             self.page_shape = tuple(int(c) for c in node.chunks)
         else:
@@ -97,7 +102,7 @@ class HDF5File(InPlaceFile):
             self._dataset.read_direct(target, source_sel=region)
         else:
             self._dataset.read_direct(target)
-        if self.whole_chunks:
+        if self._decodes_whole:
             record_read(_touched_bytes(region, self.page_shape, self.shape, self.dtype.itemsize))
         else:
             record_read(target.nbytes)

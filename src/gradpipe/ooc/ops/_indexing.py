@@ -22,6 +22,7 @@ from .._array import DiskArray
 from .._budget import plan_tiles
 from .._hijax import type_of
 from .._op import CustomOp, apply, frozen
+from .._picked_rows import PickedRows, row_bytes, run_bytes, worth_reading_through
 from .._tile_reads import regions
 
 __all__ = ["take", "take_along_axis"]
@@ -54,6 +55,8 @@ class Gather(CustomOp):
     out_shape: tuple
     label: str = "getitem"
 
+    reads_through = True  # x may be a chain: its rows are computed where they are read
+
     @property
     def name(self) -> str:
         return self.label
@@ -64,7 +67,39 @@ class Gather(CustomOp):
     def output_dtype(self, dx, *index_dtypes):
         return np.dtype(dx)
 
+    def picked_rows(self, driver, inputs):
+        """A take along one axis by one index held in memory, whose rows come in
+        runs or repeats (`worth_reading_through`), as rows read through by the
+        consumer (`PickedRows`); else None (the gather writes its output)."""
+        x, *indices = inputs
+        axes = [a for a, s in enumerate(self.sources) if s[0] == "index"]
+        if len(axes) != 1 or len(indices) != 1 or not x.shape:
+            return None
+        a = axes[0]
+        whole = all(
+            s == ("out", b, 0, 1) and self.out_shape[b] == n
+            for b, (s, n) in enumerate(zip(self.sources, x.shape))
+            if b != a
+        )
+        f = indices[0]
+        if not whole or self.index_dims != ((a,),) or len(f.shape) != 1:
+            return None
+        budget, item = driver.budget.nbytes, np.dtype(x.dtype).itemsize
+        if 8 * f.shape[0] > budget // 16:  # the index is held in memory
+            return None
+        if row_bytes(x.shape, item, a) * f.shape[0] < run_bytes(budget):
+            return None  # too few rows for one run worth reading through
+        index = np.asarray(driver.read(f, None)).astype(np.int64)
+        check_bounds(index, x.shape[a], a)
+        index[index < 0] += x.shape[a]
+        if not worth_reading_through(x.shape, item, a, index, budget):
+            return None
+        return PickedRows(getattr(x, "stored", None) or x, a, index)
+
     def forward(self, driver, x, *indices):
+        picked = driver.pick(self, (x, *indices))
+        if picked is not None:
+            return picked
         plan = _Plan(self, x, indices)
         tile = plan.tile(driver, "forward")
         if not self.out_shape:

@@ -7,7 +7,9 @@ them it would hand the array to NumPy, which reads it whole into memory.
 Each one replaces NaNs by the reduction's identity in a blockwise kernel that is
 read through by the reduction (nothing written in between), and counts the
 numbers where it needs to (a mean, a variance, a maximum over a slice that may be
-all NaN): one more pass over the data. Integer and bool arrays hold no NaNs and go
+all NaN). A sum and a count of real data are one pass: the kernel pairs each value
+with its count as one complex number (``value + 1j * is_number``), whose sum
+holds both; elsewhere the count is one more pass over the data. Integer and bool arrays hold no NaNs and go
 straight to the plain reduction. Gradients are those of the same expressions in
 ``jax.numpy``: zero for the skipped elements.
 """
@@ -18,7 +20,7 @@ import numpy as np
 
 from .._hijax import type_of
 from ._blockwise import blockwise
-from ._elementwise import astype, divide, sqrt, where
+from ._elementwise import astype, divide, imag, isnan, real, sqrt, where
 from ._persist import persist
 from ._reduce import max, mean, min, sum
 from ._searching import argmax, argmin
@@ -56,6 +58,12 @@ def _numbers(xp, x, *, dtype):
     return xp.astype(xp.logical_not(xp.isnan(x)), dtype)
 
 
+def _paired(xp, x, *, dtype):
+    # the value (0 for a NaN) as the real part, 1 for a number as the imaginary one
+    numbers = xp.logical_not(xp.isnan(x))
+    return xp.astype(xp.where(numbers, x, 0), dtype) + 1j * xp.astype(numbers, dtype)
+
+
 def _squared_deviations(xp, x, m):
     # a NaN is replaced by the mean before subtracting (not after squaring), so
     # that its deviation and the gradient through it are zero, never NaN
@@ -72,6 +80,19 @@ def _count(x, axis, keepdims, budget):
     real = np.finfo(_dtype(x)).dtype.str
     ones = blockwise(_numbers, "count_numbers", x, budget=budget, dtype=real)
     return sum(ones, axis=axis, keepdims=keepdims, budget=budget)
+
+
+def _sum_and_count(x, axis, keepdims, budget):
+    """The sum of the numbers of ``x`` along ``axis`` and how many there are. For
+    real ``x``, one pass (see the module); a complex ``x`` takes two."""
+    dt = _dtype(x)
+    if dt.kind == "c":
+        total = sum(_fill(x, 0, budget), axis=axis, keepdims=keepdims, budget=budget)
+        return total, _count(x, axis, keepdims, budget)
+    pair = np.result_type(dt, np.complex64)
+    both = blockwise(_paired, "pair_with_count", x, budget=budget, dtype=pair.str)
+    both = sum(both, axis=axis, keepdims=keepdims, budget=budget)
+    return real(both, budget=budget), imag(both, budget=budget)
 
 
 def _cast(result, dtype, budget):
@@ -101,11 +122,10 @@ def nanprod(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None)
 
 def nanmean(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None):
     """Mean of the numbers along ``axis``, NaNs left out (``np.nanmean``); NaN where
-    a slice holds none. Two passes: the sum and the count."""
+    a slice holds none. One pass for real data (the sum and the count together)."""
     if not _has_nans(x):
         return _cast(mean(x, axis=axis, keepdims=keepdims, budget=budget), dtype, budget)
-    total = sum(_fill(x, 0, budget), axis=axis, keepdims=keepdims, budget=budget)
-    count = _count(x, axis, keepdims, budget)
+    total, count = _sum_and_count(x, axis, keepdims, budget)
     return _stored(_cast(divide(total, count, budget=budget), dtype, budget), budget)
 
 
@@ -119,8 +139,8 @@ def nanvar(x, /, *, axis=None, dtype=None, ddof: int = 0, keepdims: bool = False
         return _cast(out, dtype, budget)
     m = nanmean(x, axis=axis, keepdims=True, budget=budget)
     squares = blockwise(_squared_deviations, "nan_squared_deviations", x, m, budget=budget)
-    total = sum(squares, axis=axis, keepdims=keepdims, budget=budget)
-    count = _count(x, axis, keepdims, budget)
+    squares = where(isnan(x), np.nan, squares, budget=budget)  # counted as missing
+    total, count = _sum_and_count(squares, axis, keepdims, budget)
     return _stored(_cast(divide(total, count - ddof, budget=budget), dtype, budget), budget)
 
 
