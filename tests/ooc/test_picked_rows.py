@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc._chain import ChainFile, is_chain
+from gradpipe.ooc._chain import is_chain
 from gradpipe.ooc._picked_rows import PickedRows
 
 BUDGET = 2 * 2**20

@@ -18,6 +18,7 @@ sorted and coalesced once (`ops._indexing.Gather`).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -107,7 +108,7 @@ class PickedRows:
         if len(rows) == len(picked) and np.all(np.diff(picked) > 0):
             self._read_rows(picked, region, out)  # increasing: straight into place
             return out
-        block = np.empty(shape[:a] + (len(rows),) + shape[a + 1 :], self.dtype)
+        block = np.empty((*shape[:a], len(rows), *shape[a + 1 :]), self.dtype)
         self._read_rows(rows, region, block)
         np.take(block, where.reshape(-1), axis=a, out=out)
         return out
@@ -117,7 +118,7 @@ class PickedRows:
         into ``into``, one read per run of neighbouring rows."""
         a = self.axis
         starts = np.r_[0, np.flatnonzero(np.diff(rows) != 1) + 1, len(rows)]
-        for lo, hi in zip(starts[:-1], starts[1:]):
+        for lo, hi in itertools.pairwise(starts):
             first = int(rows[lo])
             box = (*region[:a], slice(first, first + int(hi - lo)), *region[a + 1 :])
             target = into[(slice(None),) * a + (slice(int(lo), int(hi)),)]

@@ -9,9 +9,9 @@ read through by the reduction (nothing written in between), and counts the
 numbers where it needs to (a mean, a variance, a maximum over a slice that may be
 all NaN). A sum and a count of real data are one pass: the kernel pairs each value
 with its count as one complex number (``value + 1j * is_number``), whose sum
-holds both; elsewhere the count is one more pass over the data. Integer and bool arrays hold no NaNs and go
-straight to the plain reduction. Gradients are those of the same expressions in
-``jax.numpy``: zero for the skipped elements.
+holds both; elsewhere the count is one more pass over the data. Integer and bool
+arrays hold no NaNs and go straight to the plain reduction. Gradients are those of
+the same expressions in ``jax.numpy``: zero for the skipped elements.
 """
 
 from __future__ import annotations
