@@ -437,7 +437,15 @@ def indexing(draw, env):
     v = env[i]
     axis = draw(st.integers(0, v.ndim - 1))
     n = v.shape[axis]
-    idx = np.asarray(draw(st.lists(st.integers(0, n - 1), min_size=0, max_size=6)), np.int64)
+    positions = st.lists(st.integers(0, n - 1), min_size=0, max_size=6)
+    pattern = draw(st.sampled_from(["any", "runs", "repeats"]))
+    if pattern == "any":
+        idx = np.asarray(draw(positions), np.int64)
+    elif pattern == "runs":  # neighbouring rows, as a month's days: read through
+        k = draw(st.integers(1, 4))
+        idx = np.asarray([i for s in draw(positions) for i in range(s, min(s + k, n))], np.int64)
+    else:  # each row repeated, as a climatology expanded to every day
+        idx = np.repeat(np.asarray(draw(positions), np.int64), draw(st.integers(1, 4)))
     how = draw(st.sampled_from(["take", "getitem", "take_along_axis"]))
     if how == "take":
         return Step(

@@ -357,3 +357,22 @@ def test_a_small_result_held_in_memory_is_sent_to_the_workers_by_value(client, r
     terms = np.abs(np.tanh(value(p)) * a[:, 0])
     assert_within(there, here, 2 * gamma(a.shape[0]) * np.sum(terms, dtype=np.float64), "sum")
     np.testing.assert_array_equal(doubled, value(p) * 2)
+
+
+def test_rows_taken_here_are_read_through_on_the_workers(client, rng):
+    """A take made in this process is a chain over the rows it picks (`PickedRows`);
+    a pass on the cluster reads it on the workers. Inside a cluster's passes a take
+    gathers into a file. Both equal this process's sums to rounding (the cluster
+    may group a reduction's partial sums by task)."""
+    a = rng.standard_normal((1024, 96)).astype(np.float32)
+    days = np.concatenate([np.arange(y * 256 + 32, y * 256 + 96) for y in range(4)])
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(a)
+        picked = ooc.take(x, days, axis=0) * 2.0
+        here = value(ooc.sum(picked, axis=0))
+        with ooc.executor(client):
+            there = value(ooc.sum(picked, axis=0))
+            inside = value(ooc.sum(ooc.take(x, days, axis=0) * 2.0, axis=0))
+    np.testing.assert_allclose(there, here, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(inside, here, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(here, (a[days] * 2).sum(0), rtol=1e-4, atol=1e-4)

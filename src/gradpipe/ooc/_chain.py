@@ -359,8 +359,8 @@ class _Stats:
         # pieces small enough that all of one read's take a sixteenth of the budget
         self.piece_bytes = max(16, min(SUB_BYTES, top.budget_bytes // (32 * (1 + steps))))
         self.fixed = 2 * self.piece_bytes * (1 + steps)
-        self.leaf_bytes = sum(
-            leaf.dtype.itemsize * factor * getattr(leaf, "buffers", 1)
+        self.leaf_bytes = sum(  # (`PickedRows` reads a share of what it gives)
+            leaf.dtype.itemsize * factor * getattr(leaf, "read_share", 1.0)
             for leaf, factor in self.leaves
             if getattr(leaf, "on_disk", True)
         )

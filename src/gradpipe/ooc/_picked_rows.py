@@ -82,6 +82,9 @@ class PickedRows:
         page = list(getattr(source, "page_shape", None) or self.shape)
         page[self.axis] = max(1, min(page[self.axis], len(self.index)))
         self.page_shape = tuple(page)
+        #: the share of its bytes a read fetches from the source (a row named again
+        #: is read once): what tile plans count as read from disk
+        self.read_share = len(np.unique(self.index)) / max(len(self.index), 1)
 
     @property
     def nbytes(self) -> int:
