@@ -184,6 +184,25 @@ MORE = {
         dask="parallelized",
         output_dtypes=[np.float32],
     ),
+    # a computed array's chunks may cut a core dimension: both fixes that xarray's
+    # error names work (gradpipe gives each block whole core dimensions anyway)
+    "apply_ufunc core dim allow_rechunk": lambda d: xr.apply_ufunc(
+        np.sort,
+        (d["t"] * 2.0).transpose("lat", "lon", "time"),
+        input_core_dims=[["time"]],
+        output_core_dims=[["time"]],
+        dask="parallelized",
+        dask_gufunc_kwargs={"allow_rechunk": True},
+    ),
+    "apply_ufunc core dim rechunked": lambda d: xr.apply_ufunc(
+        np.sort,
+        (d["t"] * 2.0)
+        .transpose("lat", "lon", "time")
+        .chunk(time=-1, chunked_array_type="gradpipe"),
+        input_core_dims=[["time"]],
+        output_core_dims=[["time"]],
+        dask="parallelized",
+    ),
 }
 
 
