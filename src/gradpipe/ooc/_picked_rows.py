@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from ._zarr_file import InPlaceFile
+
 __all__ = ["PickedRows", "row_bytes", "run_bytes", "worth_reading_through"]
 
 Region = tuple[slice, ...]
@@ -59,13 +61,13 @@ def worth_reading_through(shape, itemsize: int, axis: int, index, budget_bytes: 
     return row_bytes(shape, itemsize, axis) * index.size / runs >= run_bytes(budget_bytes)
 
 
-class PickedRows:
+class PickedRows(InPlaceFile):
     """``source`` at positions ``index`` (non-negative, in bounds) along ``axis``,
     read when asked (see the module). Read-only; a chain over it is written first
     when written into (`_setitem`)."""
 
-    is_scratch = True
-    on_disk = True
+    is_scratch = True  # it lives with its chain: pickled with it, never reopened
+    pickles_by_location = False
     writable = False
     whole_chunks = False
     #: a read holds the rows it fetched and the region it makes of them (`_chain._Stats`)
@@ -85,17 +87,6 @@ class PickedRows:
         #: the share of its bytes a read fetches from the source (a row named again
         #: is read once): what tile plans count as read from disk
         self.read_share = len(np.unique(self.index)) / max(len(self.index), 1)
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
-
-    def normalize(self, region: Region | None) -> Region:
-        if region is None:
-            return tuple(slice(0, n) for n in self.shape)
-        return tuple(
-            slice(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(region, self.shape)
-        )
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """The values in ``region``: each run of the source's rows it names read once."""
