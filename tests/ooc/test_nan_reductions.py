@@ -78,6 +78,19 @@ def test_einsum_matches_numpy(rng, subscripts, shapes):
     np.testing.assert_allclose(_value(got), np.einsum(subscripts, *xs), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int16])
+def test_einsum_of_bools_or_small_integers_with_floats_keeps_numpys_dtype(rng, dtype):
+    """A bool operand (xarray's ``dot(mask, weights)``) is summed in the float it
+    promotes to, not counted in integers first and promoted past float32."""
+    a = (rng.standard_normal((10, 6, 4)) > 0).astype(dtype)
+    w = rng.standard_normal(6).astype(np.float32)
+    with ooc.MemoryBudget(BUDGET):
+        got = ooc.einsum("abc,b->a", ooc.asarray(a), w)
+    want = np.einsum("abc,b->a", a, w)
+    assert got.dtype == want.dtype == jnp.einsum("abc,b->a", a, w).dtype
+    np.testing.assert_allclose(_value(got), want, rtol=1e-5, atol=1e-6)
+
+
 def test_einsum_refuses_a_diagonal_and_out(rng):
     d = ooc.asarray(rng.standard_normal((4, 4)).astype(np.float32))
     with pytest.raises(NotImplementedError, match="diagonal"):

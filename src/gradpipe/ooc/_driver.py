@@ -23,6 +23,7 @@ from ._budget import MemoryBudget, default_page_shape
 from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor, too_deep
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
+from ._pending import settle
 from ._resident import InMemoryResult, is_resident
 from ._storage import PagedFile, Region
 from ._tile_plan import first_tile, passes, stage_of, tile_plan
@@ -242,6 +243,7 @@ class Driver:
         """Run ``op`` forward: a chain computed on read for a block map (`fuse`), else
         a new committed scratch file, a 0-d array, or an array held in memory
         (``op.in_memory_output``)."""
+        settle(inputs)  # pending results are computed before this pass, not inside it
         fused = self.fuse(op, inputs)
         if fused is not None:
             return fused
@@ -367,6 +369,7 @@ class Driver:
         Each step's input gradients are added into the gradient files; a region
         written for the first time is written without reading it back.
         """
+        settle([*inputs, g] if output is None else [*inputs, output, g])
         plan = self._plan(op, inputs, "backward", g)
         # gradient files of DiskArray inputs, each on disk or, when small, in memory
         files = [w and v.shape != () and not is_resident(v) for v, w in zip(inputs, wants)]

@@ -46,6 +46,7 @@ from ._budget import MemoryBudget
 from ._chain import is_chain
 from ._driver import Driver
 from ._host import run_on_host
+from ._pending import deferred, settle
 from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
 from ._resident import check_fits, resident_operand, tile_budget
 from ._setitem import refuse_traced
@@ -374,10 +375,14 @@ class OocPrim(_Refusals, _PrimBase):
         if op.in_memory_output and self.out_aval.shape:
             held_out = math.prod(self.out_aval.shape) * np.dtype(self.out_aval.dtype).itemsize
 
-        def host(*vals):
+        def run(vals):
             driver = Driver(tile_budget(budget, vals, out=held_out), op.name, budget)
             vals = _settled(op, driver, vals)
-            return (op.forward(driver, *_merge(vals, consts, _const_value)),)
+            return op.forward(driver, *_merge(vals, consts, _const_value))
+
+        def host(*vals):
+            later = deferred(op, budget, vals, self.out_aval, lambda: run(vals))
+            return (run(vals) if later is None else later,)
 
         (out,) = run_on_host(host, self.in_avals, (self.out_aval,), args)
         return out
@@ -479,7 +484,9 @@ class OocBackwardPrim(_Refusals, _PrimBase):
 
 
 def _settled(op, driver, values):
-    """``values`` with chains written first unless ``op`` reads them as they are."""
+    """``values`` with the pending results they read computed (`_pending.settle`), and
+    chains written first unless ``op`` reads them as they are."""
+    settle(values)
     if getattr(op, "reads_through", False):
         return values
     return [v.store(driver).stored if is_chain(v) else v for v in values]

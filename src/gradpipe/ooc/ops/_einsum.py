@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._hijax import type_of
-from ._elementwise import multiply
+from ._elementwise import astype, multiply
 from ._linalg import tensordot
 from ._manipulation import expand_dims, permute_dims
 from ._reduce import sum
@@ -134,6 +134,27 @@ def _sum_own(x, labels: str, keep: str, budget):
     return out, "".join(c for c in labels if c in keep)
 
 
+def _dtype(x) -> np.dtype:
+    t = type_of(x)
+    return np.dtype(t.dtype) if t is not None else np.result_type(getattr(x, "dtype", x))
+
+
+def _promoted(operands, budget) -> list:
+    """The operands, a bool or integer one converted to the dtype all of them
+    promote to when that is another kind (as ``jnp.einsum`` computes): a bool
+    summed on its own would otherwise count in integers, and promote the result
+    past the other operands' float."""
+    dtypes = [_dtype(x) for x in operands]
+    common = np.result_type(*dtypes)
+    out = []
+    for x, dt in zip(operands, dtypes):
+        if dt.kind in "biu" and dt != common and common.kind != "b":
+            on_disk = type_of(x) is not None
+            x = astype(x, common, budget=budget) if on_disk else np.asarray(x, common)
+        out.append(x)
+    return out
+
+
 def einsum(subscripts: str, /, *operands, budget=None, **options):
     """Einstein summation as ``np.einsum`` gives it (``"ij,jk->ik"``, ``"...a,...a->..."``),
     out of core. ``optimize=`` and NumPy's other options are accepted and ignored."""
@@ -143,7 +164,7 @@ def einsum(subscripts: str, /, *operands, budget=None, **options):
         return jnp.einsum(subscripts, *(jnp.asarray(x) for x in operands))
     shapes = [_shape(x) for x in operands]
     labels, out = _parse(subscripts, shapes)
-    xs = list(operands)
+    xs = _promoted(operands, budget)
     for i, (x, lab) in enumerate(zip(xs, labels)):
         others = out + "".join(b for j, b in enumerate(labels) if j != i)
         xs[i], labels[i] = _sum_own(x, lab, others, budget)

@@ -144,7 +144,10 @@ class Accumulation(Reduction):
 
 @frozen
 class Sum(Accumulation):
-    """Sum over ``axes``, in ``dtype`` or NumPy's (see `Accumulation`)."""
+    """Sum over ``axes``, in ``dtype`` or NumPy's (see `Accumulation`). A small one
+    waits until read, to share its pass with other sums of the same data (`_pending`)."""
+
+    joins_passes = True
 
     @property
     def name(self) -> str:

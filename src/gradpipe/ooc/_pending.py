@@ -1,0 +1,234 @@
+"""Small results computed when first read, so that sums of the same data share a pass.
+
+A sum whose result is small (one a pass would hold in memory: `_held_results`) is
+not computed when it is asked for. It becomes a `PendingResult`, a file whose values
+are computed the first time anything reads them. Then every other pending sum over
+the same axes of data read from the same files is computed in the same pass: the
+pass reads the files once and sums each array in its own slot. xarray's weighted
+mean is the case in point: it asks for ``dot(a.fillna(0), w)`` and then for
+``dot(a.notnull(), w)``, two sums over the same anomaly that would otherwise read the
+data twice.
+
+A small result computed from a pending one is pending too (the product of the first
+sum with the weights, say), so that the pass waits until something outside reads a
+value: a `.compute()`, a larger pass, a 0-d result. Every pass resolves the pending
+results it reads before it starts (`settle`), so a pass never runs inside another.
+
+Sums are joined only where one pass gives each exactly what its own would: floats
+of one dtype (float32 or float64) and booleans, summed in that float dtype, with
+fewer terms per sum than the float holds integers exactly (the booleans' counts).
+The joined pass plans its own tiles, so a sum may differ from the same sum computed
+alone in the last bits, as a sum under another budget does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import weakref
+
+import numpy as np
+
+__all__ = ["PendingResult", "deferred", "is_pending", "settle"]
+
+_live: weakref.WeakSet = weakref.WeakSet()  # pending sums that others may join
+_lock = threading.RLock()
+
+#: The floats a joined pass sums in, and how many terms each holds counts exactly.
+_EXACT_TERMS = {np.dtype(np.float32): 2**24, np.dtype(np.float64): 2**53}
+
+
+def is_pending(f) -> bool:
+    return isinstance(f, PendingResult) and f._file is None
+
+
+def settle(values) -> None:
+    """Compute the pending results that ``values`` (files, chains over them) read."""
+    from ._chain import leaves
+
+    for v in values:
+        if isinstance(v, np.ndarray) or not hasattr(v, "shape"):
+            continue
+        for leaf in leaves(v):
+            if isinstance(leaf, PendingResult):
+                leaf.resolve()
+
+
+class PendingResult:
+    """A small result computed when first read (see the module). ``run()`` computes it
+    alone; ``joint = (op, source, budget)`` names a sum that others may join."""
+
+    is_scratch = True
+    on_disk = True
+    # what passes and handles ask of any file, answered without computing it (any
+    # other attribute is the computed file's: `path`, `writable`, `write`, ...)
+    handle = None
+    resident = False
+    whole_chunks = False
+    writes_in_place = False
+    read_share = 1.0
+    buffers = 1
+
+    def __init__(self, run, shape, dtype, page_shape, joint=None):
+        self._file = None
+        self._run = run
+        self.joint = joint
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.page_shape = tuple(page_shape)
+        if joint is not None:
+            _live.add(self)
+
+    @property
+    def stored(self):
+        """The computed file, or None while pending (as a chain's `stored`: a write
+        into a file this reads computes it first, `_chain.settle_readers`)."""
+        return self._file
+
+    def store(self, driver=None):
+        self.resolve()
+        return self
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def resolve(self):
+        """The computed file (computing it, with the sums that can join it, first)."""
+        if self._file is not None:  # readers of a computed result never wait
+            return self._file
+        with _lock:
+            if self._file is None:
+                batch = [self, *_joiners(self)] if self.joint is not None else [self]
+                if len(batch) > 1:
+                    _run_together(batch)
+                else:
+                    self._adopt(self._run())
+        return self._file
+
+    def _adopt(self, f) -> None:
+        self._file, self._run, self.joint = f, None, None
+        _live.discard(self)
+
+    def read(self, region=None, out=None):
+        return self.resolve().read(region, out)
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name == "joint":
+            raise AttributeError(name)
+        return getattr(self.resolve(), name)
+
+    def __repr__(self) -> str:
+        state = "pending" if self._file is None else repr(self._file)
+        return f"PendingResult({self.dtype.name}{list(self.shape)}, {state})"
+
+
+# ---------------------------------------------------------------- joined sums
+
+
+def _float_of(batch) -> np.dtype | None:
+    """The float dtype a joined pass of ``batch``'s sums runs in, or None."""
+    floats = {np.dtype(p.joint[1].dtype) for p in batch} - {np.dtype(bool)}
+    if len(floats) != 1:
+        return None
+    (f,) = floats
+    return f if f in _EXACT_TERMS else None
+
+
+def _can_join(a: PendingResult, b: PendingResult) -> bool:
+    (op_a, src_a, _), (op_b, src_b, _) = a.joint, b.joint
+    if type(op_a) is not type(op_b) or (op_a.axes, op_a.keepdims) != (op_b.axes, op_b.keepdims):
+        return False
+    if tuple(src_a.shape) != tuple(src_b.shape) or _float_of([a, b]) is None:
+        return False
+    from ._chain import leaves
+
+    mine = {id(f) for f in leaves(src_a) if getattr(f, "on_disk", True)}
+    return any(id(f) in mine for f in leaves(src_b))
+
+
+def _joiners(p: PendingResult) -> list[PendingResult]:
+    """The live pending sums that can share ``p``'s pass."""
+    joiners = [q for q in list(_live) if q is not p and q._file is None and _can_join(p, q)]
+    if not joiners:
+        return []
+    f = _float_of([p, *joiners])
+    op, src, _ = p.joint
+    terms = math.prod(src.shape[a] for a in op.axes)
+    if f is None or terms >= _EXACT_TERMS[f]:
+        return []
+    for q in joiners:  # each sum gets what it would get alone (its dtype below)
+        dt = np.dtype(q.joint[0].output_dtype(q.joint[1].dtype))
+        if q.joint[1].dtype != np.dtype(bool) and dt != f:
+            return []
+    return joiners
+
+
+def _run_together(batch: list[PendingResult]) -> None:
+    """One pass summing every source of ``batch``, each in its own slot of a new last
+    axis; each pending result adopts its slot, in its own dtype."""
+    from ._chain import ChainFile, _Node
+    from ._driver import Driver
+
+    f = _float_of(batch)
+    op, first, budget = batch[0].joint
+    sources = [p.joint[1] for p in batch]
+    n = len(sources)
+    shape = (*first.shape, n)
+
+    def compute(blocks):
+        return (np.stack([np.asarray(b, f) for b in blocks], axis=-1),)
+
+    node = _Node("stack", sources, lambda r: [r[:-1]] * n, compute, shape)
+    page = (*getattr(first, "page_shape", first.shape), n)
+    stacked = ChainFile(node, 0, f, page, budget.nbytes)
+    settle(sources)
+    joint = Driver(budget, op.name).forward(dataclasses.replace(op, dtype=f.str), [stacked])
+    values = joint.read(None)
+    del joint
+    from ._held_results import track
+    from ._storage import PagedFile
+
+    for i, p in enumerate(batch):
+        q_op, src, _ = p.joint
+        dt = np.dtype(q_op.output_dtype(src.dtype))
+        out = PagedFile.create(p.shape, dt, p.page_shape, in_memory=True)
+        if not out.on_disk:
+            track(out)
+        out.write(None, np.ascontiguousarray(values[..., i]).astype(dt))
+        p._adopt(out.commit())
+
+
+# ---------------------------------------------------------------- what waits
+
+
+def deferred(op, budget, values, out_type, run) -> PendingResult | None:
+    """``op``'s output as a `PendingResult` computed by ``run()`` when first read, or
+    None to compute it now: a small (held) output of a sum (``op.joins_passes``) or
+    of a pass over a pending result; never on a cluster (its workers compute what
+    they are sent), for a 0-d or in-memory result, or for a block map (a chain)."""
+    from ._budget import default_page_shape
+    from ._chain import leaves, watch
+    from ._executor import current_executor
+    from ._held_results import SMALL_SHARE
+
+    shape = tuple(getattr(out_type, "shape", ()))
+    if not shape or current_executor() is not None or not hasattr(op, "index_map"):
+        return None
+    if getattr(op, "fusable", False) or getattr(op, "in_memory_output", False):
+        return None
+    dtype = np.dtype(out_type.dtype)
+    if not 0 < math.prod(shape) * dtype.itemsize <= budget.nbytes * SMALL_SHARE:
+        return None
+    arrays = [v for v in values if not isinstance(v, np.ndarray) and getattr(v, "shape", ())]
+    waits = any(is_pending(f) for v in arrays for f in leaves(v))
+    joins = getattr(op, "joins_passes", False) and len(arrays) == 1 and not waits
+    if not (waits or joins):
+        return None
+    page = default_page_shape(shape, dtype.itemsize, budget)
+    later = PendingResult(run, shape, dtype, page, (op, arrays[0], budget) if joins else None)
+    for v in arrays:  # a write into what it reads computes it first
+        for leaf in leaves(v):
+            watch(leaf, later)
+    return later

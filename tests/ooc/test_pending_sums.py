@@ -1,0 +1,154 @@
+"""Small sums wait until read, and sums of the same data then share one pass
+(`gradpipe.ooc._pending`): xarray's weighted mean reads its data once, not twice."""
+
+import gc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gradpipe import ooc
+from gradpipe.ooc._pending import is_pending
+
+BUDGET = 2 * 2**20
+SHAPE = (240, 30, 64)  # 1.8 MiB of float32; each sum over the last axis is 28 KiB
+
+
+@pytest.fixture
+def data(rng):
+    a = rng.standard_normal(SHAPE).astype(np.float32)
+    a[a > 1.5] = np.nan
+    return a
+
+
+def pending(x) -> bool:
+    return is_pending(x._concrete_file("test"))
+
+
+def test_two_sums_of_the_same_data_read_it_once(data):
+    clean = np.nan_to_num(data)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(clean)
+        ooc.reset_io_stats()
+        s, q = ooc.sum(x, axis=2), ooc.sum(x * x, axis=2)
+        assert pending(s) and pending(q)
+        np.testing.assert_allclose(s.to_numpy(), clean.sum(2), rtol=1e-5, atol=1e-4)
+        assert not pending(q)  # computed in s's pass
+        np.testing.assert_allclose(q.to_numpy(), (clean * clean).sum(2), rtol=1e-5)
+        io = ooc.io_stats()
+    assert io.bytes_read < 1.2 * clean.nbytes  # once, not twice
+
+
+def test_the_weighted_mean_of_xarray_reads_once_with_numpys_values_and_dtypes(data):
+    """``dot(a.fillna(0), w) / dot(a.notnull(), w)``: a float sum and a bool count."""
+    w = np.cos(np.linspace(0, 1.5, SHAPE[1])).astype(np.float32)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(data)
+        ooc.reset_io_stats()
+        total = ooc.einsum("abc,b->a", ooc.where(ooc.isnan(x), 0.0, x), w)
+        count = ooc.einsum("abc,b->a", ooc.logical_not(ooc.isnan(x)), w)
+        mean = total / count
+        got = mean.to_numpy()
+        io = ooc.io_stats()
+    want_total = np.einsum("abc,b->a", np.nan_to_num(data), w)
+    want_count = np.einsum("abc,b->a", ~np.isnan(data), w)
+    assert got.dtype == (want_total / want_count).dtype == np.float32
+    np.testing.assert_allclose(got, want_total / want_count, rtol=2e-5, atol=1e-6)
+    assert io.bytes_read < 1.2 * data.nbytes
+
+
+def test_counts_of_bools_joined_with_float_sums_are_exact_and_integers(data):
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(data)
+        n = ooc.sum(ooc.isnan(x), axis=2)
+        s = ooc.sum(ooc.where(ooc.isnan(x), 0.0, x), axis=2)
+        assert pending(n) and pending(s)
+        counts = n.to_numpy()
+    assert counts.dtype == jnp.sum(jnp.isnan(data), axis=2).dtype  # as a sum alone
+    np.testing.assert_array_equal(counts, np.isnan(data).sum(2))
+    np.testing.assert_allclose(s.to_numpy(), np.nansum(data, 2), rtol=1e-5, atol=1e-4)
+
+
+def test_sums_of_other_dtypes_or_axes_are_each_right(data):
+    clean = np.nan_to_num(data)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(clean)
+        a = ooc.sum(x, axis=2)
+        b = ooc.sum(ooc.astype(x, ooc.float64), axis=2)
+        c = ooc.sum(x, axis=1)
+        got = [v.to_numpy() for v in (c, b, a)]
+    want = [clean.sum(1), clean.astype(np.float64).sum(2), clean.sum(2)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+
+
+def test_a_write_into_the_data_computes_the_waiting_sums_first(data):
+    clean = np.nan_to_num(data)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.asarray(clean, copy=True)
+        s, q = ooc.sum(x, axis=2), ooc.sum(2.0 * x, axis=2)
+        x[0] = 5.0
+        assert not pending(s) and not pending(q)
+        np.testing.assert_allclose(s.to_numpy(), clean.sum(2), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(q.to_numpy(), 2 * clean.sum(2), rtol=1e-5, atol=1e-4)
+        assert float(x[0, 0, 0]) == 5.0
+
+
+def test_a_sum_outlives_the_array_it_was_made_from(data):
+    clean = np.nan_to_num(data)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(clean)
+        s = ooc.sum(ooc.exp(x), axis=2)
+        del x
+        gc.collect()
+        np.testing.assert_allclose(s.to_numpy(), np.exp(clean).sum(2), rtol=1e-5)
+
+
+def test_a_small_result_of_a_waiting_sum_waits_too_and_reads_right(data):
+    clean = np.nan_to_num(data)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(clean)
+        s = ooc.sum(x, axis=2)
+        m = ooc.mean(s, axis=1, keepdims=True)  # a pass over a pending result
+        assert pending(m)
+        np.testing.assert_allclose(m.to_numpy(), clean.sum(2).mean(1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_gradients_of_a_loss_over_two_sums_match_jax(data, mode):
+    clean = np.nan_to_num(data)
+    w = np.linspace(0.5, 1.5, SHAPE[1]).astype(np.float32)
+
+    def loss(x, w, xp):
+        total = xp.einsum("abc,b->a", x, w)
+        energy = xp.einsum("abc,b->a", x * x, w)
+        return xp.sum(total / (1.0 + energy))
+
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(clean)
+        f = jax.value_and_grad(lambda x, w: loss(x, w, ooc), argnums=(0, 1))
+        f = jax.jit(f) if mode == "jit" else f
+        value, (gx, gw) = f(x, jnp.asarray(w))
+        gx = gx.to_numpy()
+    want, (wx, ww) = jax.value_and_grad(lambda x, w: loss(x, w, jnp), argnums=(0, 1))(
+        jnp.asarray(clean), jnp.asarray(w)
+    )
+    np.testing.assert_allclose(float(value), float(want), rtol=1e-4)
+    np.testing.assert_allclose(gx, np.asarray(wx), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(gw), np.asarray(ww), rtol=1e-4, atol=1e-4)
+
+
+def test_explain_shows_the_sums_in_one_pass(data):
+    clean = np.nan_to_num(data)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(clean)
+
+        def both(x):
+            return (ooc.sum(x, axis=2) / ooc.sum(x * x, axis=2)).persist()
+
+        report = ooc.explain(both, x)
+    text = str(report)
+    assert "reads stack(x0, multiply(x0, x0))" in text, text
+    assert text.count(" sum ") == 1, text
