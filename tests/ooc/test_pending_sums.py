@@ -116,6 +116,12 @@ def test_a_small_result_of_a_waiting_sum_waits_too_and_reads_right(data):
         np.testing.assert_allclose(m.to_numpy(), clean.sum(2).mean(1, keepdims=True), rtol=1e-5)
 
 
+@pytest.mark.parametrize("x64", [False, True], ids=["x64-off", "x64-on"])
+def test_a_float32_sum_and_a_float64_count_share_a_pass(data, x64):
+    with jax.enable_x64(x64):
+        _float32_sum_and_float64_count(data)
+
+
 @pytest.mark.parametrize("mode", ["eager", "jit"])
 def test_gradients_of_a_loss_over_two_sums_match_jax(data, mode):
     clean = np.nan_to_num(data)
@@ -152,3 +158,63 @@ def test_explain_shows_the_sums_in_one_pass(data):
     text = str(report)
     assert "reads stack(x0, multiply(x0, x0))" in text, text
     assert text.count(" sum ") == 1, text
+
+
+def _float32_sum_and_float64_count(data):
+    """xarray's weights are often float64 (``np.cos`` of a coordinate): under x64 a
+    float32 anomaly's valid values are then counted in float64 and the anomaly
+    summed in float32. One pass, each in its own dtype (jax.numpy's)."""
+    w = np.cos(np.linspace(0, 1.5, SHAPE[1]))  # float64
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(data)
+        ooc.reset_io_stats()
+        total = ooc.einsum("abc,b->a", ooc.where(ooc.isnan(x), 0.0, x), w)
+        count = ooc.einsum("abc,b->a", ooc.logical_not(ooc.isnan(x)), w)
+        got_count, got_total = count.to_numpy(), total.to_numpy()
+        io = ooc.io_stats()
+    want_total = np.einsum("abc,b->a", np.nan_to_num(data), w)
+    want_count = np.einsum("abc,b->a", ~np.isnan(data), w)
+    as_jax = [jnp.einsum("abc,b->a", a, w).dtype for a in (data, ~np.isnan(data))]
+    assert [got_total.dtype, got_count.dtype] == as_jax
+    np.testing.assert_allclose(got_count, want_count, rtol=1e-6)
+    np.testing.assert_allclose(got_total, want_total, rtol=1e-5, atol=1e-5)
+    assert io.bytes_read < 1.2 * data.nbytes
+
+
+def test_under_a_small_budget_a_tile_keeps_every_sum_and_the_data_is_read_once(data):
+    """Tiles cut the other axes before the sums' slots: one slot per tile would read
+    the data once per sum."""
+    clean = np.nan_to_num(data)
+    with ooc.MemoryBudget(2**20):  # sums still small (1/32 of it), tiles of 1/4 the data
+        x = ooc.DiskArray.from_numpy(clean)
+        ooc.reset_io_stats()
+        s, q = ooc.sum(x, axis=2), ooc.sum(ooc.exp(x), axis=2)
+        np.testing.assert_allclose(q.to_numpy(), np.exp(clean).sum(2), rtol=1e-5)
+        np.testing.assert_allclose(s.to_numpy(), clean.sum(2), rtol=1e-5, atol=1e-4)
+        io = ooc.io_stats()
+    assert io.bytes_read < 1.25 * clean.nbytes
+
+
+def test_tiles_cut_every_other_axis_before_the_slots_of_joined_sums():
+    """A stack of sums asks for its slot axis whole (``grain``): the tile planner
+    cuts the slots only when no other axis can be cut."""
+    from types import SimpleNamespace
+
+    from gradpipe.ooc._budget import plan_tiles
+    from gradpipe.ooc._grain import loop_grain
+    from gradpipe.ooc.ops._reduce import Sum
+
+    shape = (64, 48, 2, 256)  # slots on axis 2, just before the summed axis
+    stack = SimpleNamespace(shape=shape, dtype=np.dtype(np.float32), grain=(1, 1, 2, 1))
+    op = Sum((3,), False, None)
+    out_shape, red_shape = op.output_shape(shape), op.reduction_shape(shape)
+    grain = loop_grain(op, [stack], [shape], out_shape, red_shape)
+    assert grain == (1, 1, 2, 1)
+
+    def held(tile):
+        return 4 * int(np.prod(tile))
+
+    tile = plan_tiles(
+        (*out_shape, *red_shape), held, ooc.MemoryBudget(64 * 2**10), what="t", grain=grain
+    )
+    assert tile[2] == 2 and held(tile) <= 64 * 2**10

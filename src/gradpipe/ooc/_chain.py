@@ -111,6 +111,8 @@ class ChainFile:
     """
 
     is_scratch = True
+    #: the tile side each axis asks to be a multiple of (`_grain`), or None for none
+    grain: tuple[int, ...] | None = None
 
     def __init__(self, node: _Node, index: int, dtype, page_shape, budget_bytes: int):
         self.node: _Node | None = node

@@ -6,7 +6,8 @@ loop axis of an operation, the chunk side of the inputs stored in whole-decoding
 chunks (files with ``whole_chunks = True``: zarr arrays, chunked HDF5 datasets)
 on the input axis that loop axis maps to; `plan_tiles` (``grain=``) then keeps
 tile sides whole multiples of it. Inputs computed on read (fused chains) are
-looked through to the files they read.
+looked through to the files they read. An input may also ask for a grain itself
+(a ``grain`` attribute, one side per axis).
 
 The mapping is found by probing the operation's ``index_map``: the input axis
 whose region shrinks by exactly as much as the loop axis is the one it maps to.
@@ -55,6 +56,51 @@ def _chunked(f) -> bool:
     return bool(getattr(f, "whole_chunks", False)) and bool(getattr(f, "page_shape", None))
 
 
+def _one_to_one(whole: Region, part: Region, n: int, half: int) -> int | None:
+    """The one input axis whose region shrank by as much as a loop axis of ``n``
+    halved to ``half``, or None."""
+    drops = [
+        (i, (w.stop - w.start) - (p.stop - p.start))
+        for i, (w, p) in enumerate(zip(whole, part))
+        if (w.stop - w.start) != (p.stop - p.start)
+    ]
+    if len(drops) != 1 or drops[0][1] != n - half:
+        return None
+    return drops[0][0]
+
+
+def _declared(op, inputs, shapes, loop, n_out) -> list[int]:
+    """The grain inputs ask for themselves: an input with a ``grain`` attribute (one
+    side per axis; `_pending`'s stack of sums asks for its slots whole, since each
+    slot of a tile reads the same data) gives it to the loop axis that maps to that
+    axis."""
+    grain = [1] * len(loop)
+    asking = [getattr(v, "grain", None) for v in inputs]
+    if not any(asking):
+        return grain
+
+    def regions(tile):
+        return op.index_map(
+            tuple(slice(0, t) for t in tile[:n_out]),
+            tuple(slice(0, t) for t in tile[n_out:]),
+            *shapes,
+        )
+
+    full = regions(loop)
+    for ax, n in enumerate(loop):
+        if n <= 1:
+            continue
+        half = n // 2
+        part = regions((*loop[:ax], half, *loop[ax + 1 :]))
+        for sides, w, p in zip(asking, full, part):
+            if not sides or w is None or p is None:
+                continue
+            i = _one_to_one(w, p, n, half)
+            if i is not None and 1 < sides[i] <= n:
+                grain[ax] = max(grain[ax], int(sides[i]))
+    return grain
+
+
 def loop_grain(
     op,
     inputs: Sequence,
@@ -78,7 +124,7 @@ def loop_grain(
     """
     loop = (*out_shape, *red_shape)
     n_out = len(out_shape)
-    grain = [1] * len(loop)
+    grain = _declared(op, inputs, shapes, loop, n_out)
     full = _probe(op, inputs, shapes, out_shape, red_shape)
     if not any(_chunked(f) for f, _ in full):
         return tuple(grain)
@@ -93,14 +139,9 @@ def loop_grain(
         for (f, whole), (g, part) in zip(full, probe):
             if f is not g or not _chunked(f):
                 continue
-            drops = [
-                (i, (w.stop - w.start) - (p.stop - p.start))
-                for i, (w, p) in enumerate(zip(whole, part))
-                if (w.stop - w.start) != (p.stop - p.start)
-            ]
-            if len(drops) != 1 or drops[0][1] != n - half:
+            i = _one_to_one(whole, part, n, half)
+            if i is None:
                 continue  # not one input axis, one to one
-            i = drops[0][0]
             side = int(f.page_shape[i])
             if side >= n or whole[i].start % side:
                 continue  # one chunk spans the axis, or the tiles start off chunk edges

@@ -14,10 +14,12 @@ sum with the weights, say), so that the pass waits until something outside reads
 value: a `.compute()`, a larger pass, a 0-d result. Every pass resolves the pending
 results it reads before it starts (`settle`), so a pass never runs inside another.
 
-Sums are joined only where one pass gives each exactly what its own would: floats
-of one dtype (float32 or float64) and booleans, summed in that float dtype, with
-fewer terms per sum than the float holds integers exactly (the booleans' counts).
-The joined pass plans its own tiles, so a sum may differ from the same sum computed
+Sums are joined only where one pass gives each at least what its own would: sums
+of float32 or float64 data into their own dtype and counts of booleans, summed
+together in the widest of those floats and each converted back to its own dtype,
+with fewer terms per sum than that float holds integers exactly (so counts stay
+exact). The joined pass plans its own tiles, and a float32 sum joined with a
+float64 one is summed in float64: a sum may differ from the same sum computed
 alone in the last bits, as a sum under another budget does.
 """
 
@@ -128,12 +130,12 @@ class PendingResult:
 
 
 def _float_of(batch) -> np.dtype | None:
-    """The float dtype a joined pass of ``batch``'s sums runs in, or None."""
+    """The float dtype a joined pass of ``batch``'s sums runs in (the widest of their
+    floats), or None."""
     floats = {np.dtype(p.joint[1].dtype) for p in batch} - {np.dtype(bool)}
-    if len(floats) != 1:
+    if not floats or not floats <= set(_EXACT_TERMS):
         return None
-    (f,) = floats
-    return f if f in _EXACT_TERMS else None
+    return np.result_type(*floats)
 
 
 def _can_join(a: PendingResult, b: PendingResult) -> bool:
@@ -158,45 +160,57 @@ def _joiners(p: PendingResult) -> list[PendingResult]:
     terms = math.prod(src.shape[a] for a in op.axes)
     if f is None or terms >= _EXACT_TERMS[f]:
         return []
-    for q in joiners:  # each sum gets what it would get alone (its dtype below)
-        dt = np.dtype(q.joint[0].output_dtype(q.joint[1].dtype))
-        if q.joint[1].dtype != np.dtype(bool) and dt != f:
+    for q in [p, *joiners]:  # each sum at least as precise as alone, in its own dtype
+        src = np.dtype(q.joint[1].dtype)
+        dt = np.dtype(q.joint[0].output_dtype(src))
+        if src != np.dtype(bool) and (dt.kind != "f" or dt.itemsize > f.itemsize):
             return []
     return joiners
 
 
 def _run_together(batch: list[PendingResult]) -> None:
-    """One pass summing every source of ``batch``, each in its own slot of a new last
-    axis; each pending result adopts its slot, in its own dtype."""
+    """One pass summing every source of ``batch``, each in its own slot of a new axis
+    placed just before the summed ones (so each sum runs over contiguous values);
+    each pending result adopts its slot, in its own dtype."""
     from ._chain import ChainFile, _Node
+    from ._chain_read import current_region
     from ._driver import Driver
+    from ._held_results import track
+    from ._storage import PagedFile
 
     f = _float_of(batch)
     op, first, budget = batch[0].joint
     sources = [p.joint[1] for p in batch]
-    n = len(sources)
-    shape = (*first.shape, n)
+    n, ndim = len(sources), len(first.shape)
+    axes = sorted(a % ndim for a in op.axes)
+    at = axes[0]  # the slot axis
+
+    def slots(r) -> range:
+        return range(r[at].start, r[at].stop)
+
+    def regions(r):  # a source whose slot lies outside the tile reads an empty box
+        own = (*r[:at], *r[at + 1 :])
+        nothing = (slice(0, 0), *own[1:])
+        return [own if i in slots(r) else nothing for i in range(n)]
 
     def compute(blocks):
-        return (np.stack([np.asarray(b, f) for b in blocks], axis=-1),)
+        wanted = [np.asarray(blocks[i], f) for i in slots(current_region())]
+        return (np.stack(wanted, axis=at),)
 
-    node = _Node("stack", sources, lambda r: [r[:-1]] * n, compute, shape)
-    page = (*getattr(first, "page_shape", first.shape), n)
-    stacked = ChainFile(node, 0, f, page, budget.nbytes)
+    page = tuple(getattr(first, "page_shape", first.shape))
+    node = _Node("stack", sources, regions, compute, (*first.shape[:at], n, *first.shape[at:]))
+    stacked = ChainFile(node, 0, f, (*page[:at], n, *page[at:]), budget.nbytes)
+    stacked.grain = (*(1,) * at, n, *(1,) * (ndim - at))  # tiles keep every slot (`_grain`)
     settle(sources)
-    joint = Driver(budget, op.name).forward(dataclasses.replace(op, dtype=f.str), [stacked])
-    values = joint.read(None)
-    del joint
-    from ._held_results import track
-    from ._storage import PagedFile
-
+    joined = dataclasses.replace(op, axes=tuple(a + 1 for a in axes), dtype=f.str)
+    values = Driver(budget, op.name).forward(joined, [stacked]).read(None)
     for i, p in enumerate(batch):
         q_op, src, _ = p.joint
         dt = np.dtype(q_op.output_dtype(src.dtype))
         out = PagedFile.create(p.shape, dt, p.page_shape, in_memory=True)
         if not out.on_disk:
             track(out)
-        out.write(None, np.ascontiguousarray(values[..., i]).astype(dt))
+        out.write(None, np.ascontiguousarray(np.take(values, i, axis=at), dt))
         p._adopt(out.commit())
 
 

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._hijax import type_of
+from .._promotion import canonical_dtype
 from ._elementwise import astype, multiply
 from ._linalg import tensordot
 from ._manipulation import expand_dims, permute_dims
@@ -135,8 +136,12 @@ def _sum_own(x, labels: str, keep: str, budget):
 
 
 def _dtype(x) -> np.dtype:
+    """``x``'s dtype as an operand: an in-memory one's as JAX holds it (32 bits for
+    64 while x64 is off), as the operations einsum is made of see it."""
     t = type_of(x)
-    return np.dtype(t.dtype) if t is not None else np.result_type(getattr(x, "dtype", x))
+    if t is not None:
+        return np.dtype(t.dtype)
+    return canonical_dtype(np.result_type(getattr(x, "dtype", x)))
 
 
 def _promoted(operands, budget) -> list:
