@@ -31,7 +31,8 @@ def layouts(draw):
 
 def _page_path_only(monkeypatch):
     monkeypatch.setattr(_pieces, "MIN_PIECE_BYTES", 1 << 40)
-    monkeypatch.setattr(_pieces, "_MANY_PIECES", -1)
+    monkeypatch.setattr(_pieces, "_MANY_CALLS", -1)
+    monkeypatch.setattr(_pieces, "MAX_OVERREAD", 1 << 40)
 
 
 @pytest.mark.parametrize("path", ["pieces", "pages"])
@@ -72,6 +73,58 @@ def test_a_region_spanning_pages_reads_only_its_own_bytes(monkeypatch):
     region = (slice(10, 70), slice(20, 90))
     np.testing.assert_array_equal(f.read(region), x[region])
     assert sum(got) == x[region].nbytes  # no page read whole for a part of it
+    f.discard()
+
+
+def _counting_preadv(monkeypatch) -> list[int]:
+    got: list[int] = []
+    real = os.preadv
+    monkeypatch.setattr(
+        os, "preadv", lambda fd, bufs, off: got.append(real(fd, bufs, off)) or got[-1]
+    )
+    return got
+
+
+def test_a_small_part_of_a_large_page_is_read_alone_however_short_its_pieces(monkeypatch):
+    """Two rows of a quarter of the columns of one 12-row page (a climatology's two
+    months for one tile): 1 KiB pieces, 360 of them, rather than the whole page."""
+    from gradpipe import ooc
+
+    x = np.arange(12 * 180 * 1024, dtype=np.float32).reshape(12, 180, 1024)
+    f = PagedFile.create(x.shape, x.dtype, x.shape)
+    f.write(None, x)
+    got = _counting_preadv(monkeypatch)
+    region = (slice(3, 5), slice(0, 180), slice(256, 512))
+    ooc.reset_io_stats()
+    np.testing.assert_array_equal(f.read(region), x[region])
+    assert sum(got) == x[region].nbytes
+    assert ooc.io_stats().bytes_read == x[region].nbytes
+    f.discard()
+
+
+def test_short_pieces_that_follow_each_other_on_disk_are_one_call(monkeypatch):
+    """Half the rows of a page of narrow rows: 480 pieces of 128 bytes, all
+    neighbours on disk, read by one call and not as the whole page."""
+    x = np.arange(64 * 30 * 32, dtype=np.float32).reshape(64, 30, 32)
+    f = PagedFile.create(x.shape, x.dtype, (32, 30, 32))
+    f.write(None, x)
+    got = _counting_preadv(monkeypatch)
+    region = (slice(0, 16), slice(0, 30), slice(0, 32))
+    np.testing.assert_array_equal(f.read(region), x[region])
+    assert got == [x[region].nbytes]
+    f.discard()
+
+
+def test_io_stats_count_the_whole_pages_the_page_path_reads(monkeypatch):
+    from gradpipe import ooc
+
+    _page_path_only(monkeypatch)
+    x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    f = PagedFile.create(x.shape, x.dtype, (32, 32))
+    f.write(None, x)
+    ooc.reset_io_stats()
+    np.testing.assert_array_equal(f.read((slice(0, 4), slice(0, 40))), x[:4, :40])
+    assert ooc.io_stats().bytes_read == 2 * 32 * 32 * 4  # the two pages it touches
     f.discard()
 
 

@@ -57,20 +57,37 @@ def settle(values) -> None:
                 leaf.resolve()
 
 
+class _Asked:
+    """A file attribute that passes and handles ask of any file: ``default`` while
+    the result is pending (asking computes nothing), the computed file's after."""
+
+    def __init__(self, default):
+        self.default = default
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, result, owner=None):
+        if result is None:
+            return self
+        f = result._file
+        return self.default if f is None else getattr(f, self.name, self.default)
+
+
 class PendingResult:
     """A small result computed when first read (see the module). ``run()`` computes it
-    alone; ``joint = (op, source, budget)`` names a sum that others may join."""
+    alone; ``joint = (op, source, budget)`` names a sum that others may join. Any
+    attribute not asked of every file (`path`, `writable`, `write`, ...) is the
+    computed file's, and computes it."""
 
-    is_scratch = True
-    on_disk = True
-    # what passes and handles ask of any file, answered without computing it (any
-    # other attribute is the computed file's: `path`, `writable`, `write`, ...)
-    handle = None
-    resident = False
-    whole_chunks = False
-    writes_in_place = False
-    read_share = 1.0
-    buffers = 1
+    is_scratch = _Asked(True)
+    on_disk = _Asked(True)
+    handle = _Asked(None)
+    resident = _Asked(False)
+    whole_chunks = _Asked(False)
+    writes_in_place = _Asked(False)
+    read_share = _Asked(1.0)
+    buffers = _Asked(1)
 
     def __init__(self, run, shape, dtype, page_shape, joint=None):
         self._file = None
@@ -115,6 +132,9 @@ class PendingResult:
 
     def read(self, region=None, out=None):
         return self.resolve().read(region, out)
+
+    def __reduce__(self):  # sent to a cluster's workers: the computed file
+        return self.resolve().__reduce__()
 
     def __getattr__(self, name):
         if name.startswith("_") or name == "joint":

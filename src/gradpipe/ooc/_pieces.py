@@ -7,7 +7,9 @@ on disk batched into one call — moves every byte once: no page-sized staging
 buffer, no copy between it and the array, and no read-modify-write of partly
 covered pages. Where pieces would be short (a page one element wide, say), the
 system calls would cost more than the staging copy saves, and `region_pieces`
-answers ``None`` so that the caller takes the page-at-a-time path.
+answers ``None`` so that the caller takes the page-at-a-time path, unless the
+pages would be more than `MAX_OVERREAD` times the region: then the pieces are read
+however short they are.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 
@@ -22,9 +25,11 @@ import numpy as np
 
 __all__ = ["Pieces", "pread_all", "pwrite_all", "read_pieces", "region_pieces", "write_pieces"]
 
-#: Regions whose pieces are shorter than this, and many, take the page path.
+#: Regions whose pieces are shorter than this and need many calls take the page path.
 MIN_PIECE_BYTES = 2048
-_MANY_PIECES = 256
+_MANY_CALLS = 256
+#: ...and take it only when the pages they touch are at most this many times the region.
+MAX_OVERREAD = 4
 _IOV_MAX = 1024  # Linux's limit of buffers per preadv/pwritev call
 
 #: Per page touched: (file offsets, array byte offsets, bytes per piece).
@@ -44,7 +49,7 @@ def region_pieces(
     array_strides = [itemsize * int(np.prod(extent[ax + 1 :])) for ax in range(len(extent))]
     page_strides = [itemsize * int(np.prod(page_shape[ax + 1 :])) for ax in range(len(extent))]
     out: Pieces = []
-    shortest, count = None, 0
+    shortest, calls = None, 0
     for index in pages:
         file_offset = np.array(page_offset(index), np.int64)
         array_offset = np.array(0, np.int64)
@@ -62,9 +67,15 @@ def region_pieces(
         file_offset, array_offset = file_offset.ravel(), array_offset.ravel()
         out.append((file_offset, array_offset, width))
         shortest = width if shortest is None else min(shortest, width)
-        count += file_offset.size
-    if shortest is not None and shortest < MIN_PIECE_BYTES and count > _MANY_PIECES:
-        return None
+        # pieces that follow each other on disk are read by one call (`_batches`)
+        apart = int(np.count_nonzero(np.diff(file_offset) != width))
+        calls += apart + 1 + file_offset.size // _IOV_MAX
+    if shortest is not None and shortest < MIN_PIECE_BYTES and calls > _MANY_CALLS:
+        # many calls for short pieces: whole pages cost fewer, unless the region is a
+        # small part of them (two months of a climatology's page, say)
+        touched = len(out) * math.prod(page_shape) * itemsize
+        if math.prod(extent) * itemsize * MAX_OVERREAD >= touched:
+            return None
     return out
 
 

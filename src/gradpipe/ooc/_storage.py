@@ -310,16 +310,19 @@ class PagedFile:
                 record_read(out.nbytes)
             return out
         ps = self.page_shape
+        read = 0  # whole pages: what io_stats counts is what was read
         for first, run in self._page_runs(region):
             if run == 1 and self._is_whole_page(region, first):
                 # the common case of a tile equal to a page: read straight into `out`
                 pread_all(self._fd, memoryview(out).cast("B"), self._page_offset(first), self.path)
+                read += out.nbytes
                 continue
             buf = np.empty((run, *ps), self.dtype)
             pread_all(self._fd, memoryview(buf).cast("B"), self._page_offset(first), self.path)
             self._scatter(region, first, run, buf, out, to_pages=False)
+            read += buf.nbytes
         if self.on_disk:
-            record_read(out.nbytes)
+            record_read(read)
         return out
 
     def view(self, region: Region | None = None) -> np.ndarray | None:
