@@ -77,9 +77,12 @@ conformance-raw: $(STAMP)
 	@test -n "$(ARRAY_API_TESTS)" || { echo "array-api-tests not found beside the project: pass ARRAY_API_TESTS=path/to/array-api-tests"; exit 2; }
 	JAX_ENABLE_X64=1 $(ARRAY_API_TESTS)/run $(abspath $(PY)) gradpipe.ooc
 
+# The import contracts in pyproject.toml ([tool.importlinter]): the layers, gradpipe.ooc
+# beside them, no import cycle outside gradpipe.ooc.
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples tools
 	$(PY) -m ruff format --check src tests benchmarks examples tools
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix src tests benchmarks examples tools

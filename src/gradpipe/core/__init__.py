@@ -9,9 +9,8 @@ from ._graph import Graph, GraphError
 from ._keys import UnkeyableError, content_key
 from ._node import Input, Node
 from ._observe import Profile, ShapeTrace, Sink, Snapshot, Tap
-from ._operator import Operator
+from ._operator import Operator, Sequential
 from ._registry import Registry, RegistryError, RegistryWarning
-from ._sequential import Sequential
 from ._sizes import format_size, parse_size
 from ._tracing import find_tracer, is_tracer
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._operator import Operator
-from ._sequential import check_operators
+from ._operator import Operator, check_operators
 
 __all__ = ["Fanout"]
 

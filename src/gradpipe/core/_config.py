@@ -28,6 +28,7 @@ __all__ = [
     "encode_config",
     "from_state",
     "known_operator",
+    "nest_in_configs",
     "public_module",
     "register_operator",
     "state_from_json",
@@ -42,6 +43,9 @@ _OPERATOR = "$operator"
 # Classes that `from_state` may rebuild, by "module:qualname". Every `Operator`
 # subclass defined at module level registers itself; `register_operator` adds others.
 _REGISTRY: dict[str, type] = {}
+# What a configuration may hold as its `state` ({"$operator": state}): `Operator`,
+# named by `nest_in_configs` (the operator module imports this one, not the reverse).
+_NESTED: tuple[type, ...] = ()
 # Modules `from_state` may import to find a class that is not registered yet.
 _IMPORTABLE_PREFIXES = ("gradpipe.",)
 
@@ -54,6 +58,15 @@ def _class_id(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+def nest_in_configs(cls: type) -> type:
+    """Let configurations hold instances of ``cls`` (and its subclasses), saved as
+    their ``state`` and rebuilt by `from_state`."""
+    global _NESTED
+    if cls not in _NESTED:
+        _NESTED = (*_NESTED, cls)
+    return cls
+
+
 def register_operator(cls: type) -> type:
     """Allow `from_state` to rebuild ``cls``. Usable as a class decorator."""
     if "<locals>" in cls.__qualname__:
@@ -64,7 +77,7 @@ def register_operator(cls: type) -> type:
 
 def public_module(cls: type) -> str:
     """The shortest package path that exports ``cls`` (``gradpipe.core``, not
-    ``gradpipe.core._sequential``), so saved states survive moves between private
+    ``gradpipe.core._operator``), so saved states survive moves between private
     modules."""
     parts = cls.__module__.split(".")
     for end in range(1, len(parts)):
@@ -112,8 +125,6 @@ def encode_config(value: Any, *, owner: str, field: str) -> Any:
     - `value`: the value to encode.
     - `owner`, `field`: named in the error, e.g. ``"Scale"`` and ``"factor"``.
     """
-    from ._operator import Operator  # the operator module imports this one
-
     kind = type(value)
     if value is None or kind in (bool, int, str):
         return value
@@ -148,7 +159,7 @@ def encode_config(value: Any, *, owner: str, field: str) -> Any:
                 )
             out[k] = encode_config(v, owner=owner, field=f"{field}[{k!r}]")
         return out
-    if isinstance(value, Operator):
+    if isinstance(value, _NESTED):
         try:
             return {_OPERATOR: value.state}
         except ConfigError as error:

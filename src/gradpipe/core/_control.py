@@ -12,8 +12,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._operator import Operator
-from ._sequential import check_operators
+from ._operator import Operator, check_operators
 from ._tracing import find_tracer, refuse_tracer
 
 __all__ = ["Branch", "Switch"]

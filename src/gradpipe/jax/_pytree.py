@@ -18,7 +18,7 @@ import jax
 
 from gradpipe.core import ConfigError, Operator, Sequential
 from gradpipe.core._describe import describe
-from gradpipe.core._sequential import check_operators
+from gradpipe.core._operator import check_operators
 
 from ._weights import (
     array_spec,

@@ -27,9 +27,10 @@ except ImportError as _exc:  # pragma: no cover - exercised without the extra
 
 from ._app import DEFAULT_MAX_BODY_SIZE, create_app
 from ._client import Client, RemoteError, UnknownHandleError
+from ._connect import connect
 from ._encoding import BINARY, JSON, PayloadError, decode, encode
 from ._handles import HandleStore
-from ._remote import RemoteComponent, connect
+from ._remote import RemoteComponent
 from ._server import TOKEN_ENV, load_component, serve
 from ._tesseract_api import TESSERACT_PREFIX
 from ._tesseract_remote import TesseractRemote, connect_tesseract

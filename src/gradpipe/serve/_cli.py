@@ -28,7 +28,7 @@ def _size(text: str) -> int:
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    from gradpipe.cli import HelpFormatter
+    from gradpipe._cli_common import HelpFormatter
 
     serve = argparse.ArgumentParser(
         prog="gradpipe serve",
@@ -144,7 +144,7 @@ def main(command: str, argv: list[str]) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from gradpipe.cli import import_hint
+    from gradpipe._cli_common import import_hint
 
     from ._handles import HandleStore
     from ._server import load_component, serve

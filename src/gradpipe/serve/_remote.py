@@ -36,7 +36,7 @@ from ._client import Client, UnknownHandleError
 from ._jax_function import build_jax_function, is_array
 from ._paths import flatten, keyed_prefixes
 
-__all__ = ["RemoteComponent", "connect"]
+__all__ = ["RemoteComponent"]
 
 
 class RemoteComponent(Operator):
@@ -220,37 +220,3 @@ def _bounded_put(cache: dict, key: str, value: Any, limit: int = 256) -> None:
     cache[key] = value
     while len(cache) > limit:
         del cache[next(iter(cache))]
-
-
-def connect(
-    url: str, *, token: str | None = None, encoding: str = "binary", timeout: float = 300.0
-) -> RemoteComponent:
-    """A remote component for the server at ``url``, speaking its protocol.
-
-    It checks ``/health`` and reads ``/openapi.json``: a gradpipe server gives a
-    `RemoteComponent`; a tesseract-core runtime (``tesseract-runtime serve``, or a
-    gradpipe server's ``/tesseract`` API) gives a `TesseractRemote` (with its default
-    options; build one yourself for others). Both are the same JAX function.
-
-    **Arguments:** as `RemoteComponent`.
-
-    **Returns:** the connected `RemoteComponent` or `TesseractRemote`.
-    """
-    remote = RemoteComponent(url, token=token, encoding=encoding, timeout=timeout)
-    remote.health()
-    document = remote.client.get("openapi.json")
-    if "x-gradpipe" in document:
-        remote._schema = document
-        return remote
-    remote.close()
-    from ._tesseract_remote import TesseractRemote
-
-    tesseract = TesseractRemote(url, token=token, timeout=timeout)
-    try:
-        tesseract.info  # noqa: B018 - reads the schema, or says why it is not one
-    except ValueError as exc:
-        tesseract.close()
-        raise ValueError(
-            f"{url} is neither a gradpipe server nor a tesseract API: {exc}."
-        ) from None
-    return tesseract
