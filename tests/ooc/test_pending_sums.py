@@ -218,3 +218,15 @@ def test_tiles_cut_every_other_axis_before_the_slots_of_joined_sums():
         (*out_shape, *red_shape), held, ooc.MemoryBudget(64 * 2**10), what="t", grain=grain
     )
     assert tile[2] == 2 and held(tile) <= 64 * 2**10
+
+
+def test_many_sums_of_the_same_data_join_only_as_many_as_memory_holds(data):
+    """Forty sums, each 1/36 of the budget: a joined result is held whole, so a pass
+    joins at most an eighth of the budget's worth of them; every sum is right."""
+    clean = np.nan_to_num(data)
+    with ooc.MemoryBudget(BUDGET):
+        x = ooc.DiskArray.from_numpy(clean)
+        sums = [ooc.sum(x * float(k), axis=2) for k in range(40)]
+        got = [s.to_numpy() for s in sums]
+    for k, g in enumerate(got):
+        np.testing.assert_allclose(g, k * clean.sum(2), rtol=1e-5, atol=1e-3)

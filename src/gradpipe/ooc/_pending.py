@@ -185,7 +185,12 @@ def _joiners(p: PendingResult) -> list[PendingResult]:
         dt = np.dtype(q.joint[0].output_dtype(src))
         if src != np.dtype(bool) and (dt.kind != "f" or dt.itemsize > f.itemsize):
             return []
-    return joiners
+    # the joined result is held whole: at most the share of the budget that all
+    # results held in memory may take together
+    from ._held_results import TOTAL_SHARE
+
+    room = int(p.joint[2].nbytes * TOTAL_SHARE) // (math.prod(p.shape) * f.itemsize)
+    return joiners[: max(room - 1, 0)]
 
 
 def _run_together(batch: list[PendingResult]) -> None:
