@@ -78,11 +78,15 @@ conformance-raw: $(STAMP)
 	JAX_ENABLE_X64=1 $(ARRAY_API_TESTS)/run $(abspath $(PY)) gradpipe.ooc
 
 # The import contracts in pyproject.toml ([tool.importlinter]): the layers, gradpipe.ooc
-# beside them, no import cycle outside gradpipe.ooc.
+# beside them, no import cycle outside gradpipe.ooc. Then mypy on the packages
+# [tool.mypy] lists, and no module over 400 lines (tools/module_sizes.py: the ones
+# over it may only shrink).
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples tools
 	$(PY) -m ruff format --check src tests benchmarks examples tools
 	$(VENV)/bin/lint-imports
+	$(PY) -m mypy
+	$(PY) tools/module_sizes.py
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix src tests benchmarks examples tools

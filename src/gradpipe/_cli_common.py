@@ -22,7 +22,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = action.help or ""
         if "(default" in text or "%(default)" in text or action.default is None:
             return text
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) or text
 
 
 def import_target(target: str, app_dir: str | None, command: str) -> Any:

@@ -54,7 +54,7 @@ class Lambda(Operator):
         self._name = name or getattr(fn, "__name__", "lambda")
         # `Sequential` calls `_apply` directly; pointing it at the function itself
         # makes a step of Lambdas as cheap as calling the functions.
-        self._apply = fn
+        self._apply = fn  # type: ignore[method-assign]  # deliberately, per instance
 
     @property
     def name(self) -> str:

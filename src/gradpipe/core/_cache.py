@@ -40,9 +40,9 @@ def _detach(value: Any, *, copy_arrays: bool) -> Any:
             out[k] = _detach(v, copy_arrays=copy_arrays)
         return out
     if isinstance(value, list):
-        out = copy.copy(value)
-        out[:] = [_detach(v, copy_arrays=copy_arrays) for v in value]
-        return out
+        items = copy.copy(value)
+        items[:] = [_detach(v, copy_arrays=copy_arrays) for v in value]
+        return items
     if type(value) is tuple:
         return tuple(_detach(v, copy_arrays=copy_arrays) for v in value)
     if isinstance(value, tuple) and hasattr(value, "_make"):  # a namedtuple

@@ -88,7 +88,7 @@ def public_module(cls: type) -> str:
     return cls.__module__
 
 
-def known_operator(module: str, name: str) -> type:
+def known_operator(module: str, name: str) -> type[Any]:
     """The registered class ``module:name``; imports only gradpipe's own modules."""
     key = f"{module}:{name}"
     if key in _REGISTRY:
@@ -160,8 +160,9 @@ def encode_config(value: Any, *, owner: str, field: str) -> Any:
             out[k] = encode_config(v, owner=owner, field=f"{field}[{k!r}]")
         return out
     if isinstance(value, _NESTED):
+        nested: Any = value  # an Operator: it has a state
         try:
-            return {_OPERATOR: value.state}
+            return {_OPERATOR: nested.state}
         except ConfigError as error:
             raise ConfigError(f"{owner}.{field}: {error}") from None
     raise ConfigError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ._config import ConfigError
 from ._node import Input, Node
@@ -173,6 +173,7 @@ class _Recorder:
 
     def _record(self, node: Node) -> None:
         """Name ``node`` as the next step; everything it reads is named already."""
+        step: dict[str, Any]
         if node.parent is not None:
             step = {"index": [self.names[id(node.parent)], node.key]}
         else:
@@ -226,7 +227,7 @@ class Graph(Operator):
         if steps is None:
             if not all(isinstance(node, Input) for node in inputs):
                 raise TypeError("Graph(inputs=...) takes Input nodes, e.g. [Input('x')].")
-            recorder = _Recorder(inputs)
+            recorder = _Recorder(cast("list[Input]", inputs))
             out = recorder.arg(outputs)
             names, steps = recorder.input_names, recorder.steps
         else:

@@ -54,12 +54,12 @@ def _array_key(value: Any) -> tuple:
         )
     shape = array.shape  # before np.ascontiguousarray, which makes a 0-d array 1-d
     array = np.ascontiguousarray(array)
-    digest = hashlib.sha256(array.view(np.uint8).reshape(-1)).digest() if array.size else b""
+    digest = hashlib.sha256(array.view(np.uint8).reshape(-1).data).digest() if array.size else b""
     kind = f"{type(value).__module__}.{type(value).__qualname__}"
     mask = None
     if isinstance(value, np.ma.MaskedArray):
         flags = np.ascontiguousarray(np.ma.getmaskarray(value))
-        mask = hashlib.sha256(flags.view(np.uint8).reshape(-1)).digest()
+        mask = hashlib.sha256(flags.view(np.uint8).reshape(-1).data).digest()
     weak = bool(getattr(value, "weak_type", False))  # JAX arrays only; NumPy has none
     return ("array", kind, array.dtype.str, str(array.dtype), shape, digest, mask, weak)
 

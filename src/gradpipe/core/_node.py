@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["Input", "Node", "contains_node"]
 
@@ -51,7 +51,7 @@ class Node:
             "gradpipe.jax.CondBranch) as a step of the graph instead."
         )
 
-    def __iter__(self):
+    def __iter__(self) -> NoReturn:
         raise TypeError(
             "A graph node cannot be unpacked while the graph is being built; index it "
             "instead: node[0], node[1] or node['key']."

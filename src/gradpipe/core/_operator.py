@@ -4,8 +4,8 @@ builds the one from the others (`compose`)."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Iterator
-from typing import Any, Self, overload
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Self, cast, overload
 
 from ._config import (
     ConfigError,
@@ -189,7 +189,7 @@ def pipe_steps(op: Operator) -> list[Operator]:
     ``|`` (a `Sequential` or ``JaxSequential``, not a subclass of theirs, which may
     mean more than its steps), else ``op`` itself."""
     if type(op).__dict__.get("_flat_in_pipe", False):
-        return list(op.operators)
+        return list(cast("Sequential", op).operators)
     return [op]
 
 
@@ -235,6 +235,7 @@ class Sequential(Operator):
     - `operators`: the steps, in order.
     """
 
+    operators: Sequence[Operator]
     _flat_in_pipe = True  # `|` joins its steps (not those of a subclass)
 
     def __init__(self, operators: Iterable[Operator]) -> None:

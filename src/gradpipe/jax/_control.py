@@ -24,8 +24,12 @@ from ._pytree import JaxOperator
 __all__ = ["CondBranch", "CondSwitch"]
 
 
-def _branch_fn(branch: Callable[..., Any]) -> Callable[[tuple, dict], Any]:
-    return lambda operands: branch(*operands[0], **operands[1])
+def _branch_fn(branch: Callable[..., Any]) -> Callable[[tuple[tuple, dict]], Any]:
+    def run(operands: tuple[tuple, dict]) -> Any:
+        args, kwargs = operands
+        return branch(*args, **kwargs)
+
+    return run
 
 
 def _output_types(branch: Callable[..., Any], args: tuple, kwargs: dict) -> str | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from collections.abc import Callable
+from typing import Any, Self, cast
 
 import equinox as eqx
 import jax
@@ -47,7 +48,8 @@ class JaxModelOp(JaxOperator):
         self.module = module
 
     def _apply(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module(*args, **kwargs)
+        module = cast("Callable[..., Any]", self.module)  # an eqx.Module with __call__
+        return module(*args, **kwargs)
 
     @property
     def name(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import equinox as eqx
 import jax
@@ -89,7 +89,7 @@ def _check_spec(spec: Any) -> AdjointSpec:
             f"adjoint must be gradpipe.jax.RecursiveCheckpointAdjoint(), DirectAdjoint() "
             f"or BacksolveAdjoint(), got {spec!r}."
         )
-    return spec
+    return cast("AdjointSpec", spec)
 
 
 def _import_diffrax() -> Any:

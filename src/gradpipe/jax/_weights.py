@@ -51,7 +51,7 @@ class WeightsError(ValueError):
 def array_spec(value: Any) -> dict[str, Any]:
     """``{"shape": [...], "dtype": "..."}``: what a configuration records of an array,
     with ``"weak_type": True`` added for a weakly typed JAX array."""
-    spec = {"shape": [int(d) for d in value.shape], "dtype": str(value.dtype)}
+    spec: dict[str, Any] = {"shape": [int(d) for d in value.shape], "dtype": str(value.dtype)}
     if getattr(value, "weak_type", False):
         spec["weak_type"] = True
     return spec
