@@ -26,6 +26,12 @@ ENDPOINTS = ("jvp", "vjp")
 # How many times the rounding error of a difference quotient the default atol allows.
 _ROUNDING_MARGIN = 10.0
 
+# One direction tried from an input path: the corrected direction, the quotient of each
+# output, and its rounding error.
+_Probe = tuple[np.ndarray, list[np.ndarray], list[float]]
+# (absolute error, scale, rounding noise) of one direction.
+_Error = tuple[float, float, float]
+
 
 def check_gradients(
     component: Component,
@@ -111,7 +117,7 @@ def check_gradients(
 def _precision(component: Component, inputs: Any) -> Iterator[bool]:
     """JAX's 64-bit types on for the check when the component's `apply` runs with
     them; otherwise as they were. Yields whether they are on."""
-    if jax.config.jax_enable_x64:
+    if jax.config.read("jax_enable_x64"):  # the same value as jax.config.jax_enable_x64
         yield True
         return
     with jax.enable_x64(True):
@@ -131,7 +137,15 @@ def _precision(component: Component, inputs: Any) -> Iterator[bool]:
 class _Checker:
     """The inputs as flat NumPy leaves, the differentiable paths, and the comparisons."""
 
-    def __init__(self, component, inputs, rng, step, rtol, atol):
+    def __init__(
+        self,
+        component: Component,
+        inputs: Mapping[str, Any] | pydantic.BaseModel,
+        rng: np.random.Generator,
+        step: float | None,
+        rtol: float | None,
+        atol: float | None,
+    ) -> None:
         self.component, self.rng = component, rng
         self.step, self.rtol, self.atol = step, rtol, atol
         self.in_node = model_node(component.input_model)
@@ -187,11 +201,13 @@ class _Checker:
         leaves = flatten_outputs(self.out_node, outputs)[2]
         return [np.asarray(leaf, dtype=np.float64) for leaf in leaves]
 
-    def run(self, ins, outs, endpoints, directions) -> list[GradientCheckRow]:
+    def run(
+        self, ins: Sequence[str], outs: Sequence[str], endpoints: Sequence[str], directions: int
+    ) -> list[GradientCheckRow]:
         out_index = [self.out_leaves[o] for o in outs]
         # Per input path and direction: the corrected direction, the quotient of each
         # output, and its rounding error.
-        probes: dict[str, list[tuple[np.ndarray, list[np.ndarray], list[float]]]] = {}
+        probes: dict[str, list[_Probe]] = {}
         for path in ins:
             i = self.in_leaves[path]
             x = self.base[i]
@@ -233,13 +249,19 @@ class _Checker:
             return {p: np.zeros_like(self.base[self.in_leaves[p]]) for p in paths}
         return {p: np.zeros(self.out_shapes[p], self.out_dtypes[self.out_leaves[p]]) for p in paths}
 
-    def _check_jvp(self, ins, outs, probes, results) -> None:
+    def _check_jvp(
+        self,
+        ins: Sequence[str],
+        outs: Sequence[str],
+        probes: dict[str, list[_Probe]],
+        results: dict[tuple[str, str, str], GradientCheckRow],
+    ) -> None:
         # One jvp over every chosen input, the others' tangents zero: one compiled
         # program serves all input paths. Forward mode may fail for some of them
         # (a jax.custom_vjp on the way); then each path, and each output, on its own.
         joint = True
         for path in ins:
-            errors: dict[str, list[tuple[float, float, float]]] = {o: [] for o in outs}
+            errors: dict[str, list[_Error]] = {o: [] for o in outs}
             notes = dict.fromkeys(outs, "")
             for t, quotients, rounding in probes[path]:
                 tangent = t.astype(self.base[self.in_leaves[path]].dtype)
@@ -263,7 +285,9 @@ class _Checker:
             for o in outs:
                 results[(path, o, "jvp")] = self._row(path, o, "jvp", errors[o], notes[o])
 
-    def _pushed(self, path, outs, tangent, notes) -> dict[str, Any]:
+    def _pushed(
+        self, path: str, outs: list[str], tangent: dict[str, np.ndarray], notes: dict[str, str]
+    ) -> dict[str, Any]:
         """The `jvp` to every output in ``outs`` that forward mode reaches; when it fails
         for them together, each on its own, the reason noted for those it cannot reach."""
         if not outs:
@@ -279,12 +303,16 @@ class _Checker:
             pushed.update(self._pushed(path, [o], tangent, notes))
         return pushed
 
-    def _check_vjp(self, ins, outs, probes, results) -> None:
+    def _check_vjp(
+        self,
+        ins: Sequence[str],
+        outs: Sequence[str],
+        probes: dict[str, list[_Probe]],
+        results: dict[tuple[str, str, str], GradientCheckRow],
+    ) -> None:
         # As for the jvp: one vjp from every chosen output, the others' cotangents zero,
         # unless reverse mode fails for some; then each output on its own.
-        errors: dict[tuple[str, str], list[tuple[float, float, float]]] = {
-            (i, o): [] for i in ins for o in outs
-        }
+        errors: dict[tuple[str, str], list[_Error]] = {(i, o): [] for i in ins for o in outs}
         notes = dict.fromkeys(outs, "")
         joint = True
         for k in range(len(probes[ins[0]])):
@@ -318,7 +346,9 @@ class _Checker:
             for o in outs:
                 results[(path, o, "vjp")] = self._row(path, o, "vjp", errors[(path, o)], notes[o])
 
-    def _row(self, path_in, path_out, endpoint, errors, note) -> GradientCheckRow:
+    def _row(
+        self, path_in: str, path_out: str, endpoint: str, errors: list[_Error], note: str
+    ) -> GradientCheckRow:
         rtol = self._rtol(path_in, path_out)
         if not errors:
             return GradientCheckRow(

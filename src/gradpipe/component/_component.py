@@ -204,7 +204,7 @@ class Component:
             return rebuild(self._out_node, sig.out_structure, leaves)
         # Whether this input is kept already is asked before the forward pass runs, so
         # that the comparison does not compete with it for the processor.
-        twin = None if cache is None else cache.twin(key)
+        twin = None if cache is None or key is None else cache.twin(key)
         # The same compiled forward pass runs whether the cache is on or off, so that
         # the cache never changes a single bit of any result. A forward pass that
         # cannot run under jax.vjp (a callback without a derivative rule) runs plainly:
@@ -218,7 +218,7 @@ class Component:
             leaves = self._programs.apply(sig)(self._params, arrays)
             self._learned.remember(self._learned.no_residuals, sig.key, error)
             return rebuild(self._out_node, sig.out_structure, leaves)
-        if cache is not None and not cache.touch(twin):
+        if cache is not None and key is not None and not cache.touch(twin):
             cache.put(key, Residuals(self, sig, vjp_fn), look=False)
         return rebuild(self._out_node, sig.out_structure, leaves)
 
@@ -259,7 +259,7 @@ class Component:
             return fill(ins, {}, sig.in_avals)
         cache = self.residual_cache
         key = None if cache is None else ContentKey(flat.structure, flat.arrays)
-        residuals = None if cache is None else cache.get(key)
+        residuals = None if cache is None or key is None else cache.get(key)
         if residuals is None:
             if key is not None:
                 # The key outlives this call, so it keeps private copies of NumPy
@@ -270,7 +270,7 @@ class Component:
                 arrays = on_device(flat.arrays, private=False)  # we wait for the result
             _, vjp_fn = self._keep(sig, arrays, "vjp")
             residuals = Residuals(self, sig, vjp_fn)
-            if key is not None:
+            if cache is not None and key is not None:
                 cache.put(key, residuals)
         # The device arrays may share the caller's buffers until the result is ready.
         return jax.block_until_ready(self._pull(residuals, ins, outs, given))
@@ -423,8 +423,8 @@ class Component:
                 self._learned.remember(self._learned.jacobian_modes, (sig.key, ins, outs), tried)
             return result
         endpoint = f"jacobian (mode={mode!r})"
-        error = derivative_error(endpoint, errors)
-        raise error from errors[order[-1]]
+        refusal = derivative_error(endpoint, errors)
+        raise refusal from errors[order[-1]]
 
     def _prepare(
         self, inputs: Any, private: bool = True, host: bool = False

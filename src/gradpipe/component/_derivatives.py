@@ -52,7 +52,7 @@ class DerivativeMemory:
 
     _LIMIT = 256
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.no_residuals: dict[Any, Exception] = {}
         self.jacobian_modes: dict[Any, str] = {}
         self._lock = threading.Lock()

@@ -188,7 +188,7 @@ class Programs:
             if found is not None:
                 self._programs.move_to_end(key)
                 return found
-        program = jax.jit(build())
+        program: Callable[..., Any] = jax.jit(build())
         with self._lock:
             program = self._programs.setdefault(key, program)
             while len(self._programs) > self._max:
@@ -229,7 +229,7 @@ class Programs:
 
         def build() -> Callable[..., tuple]:
             def keep(params: Any, arrays: tuple) -> tuple:
-                def forward(chosen: tuple) -> tuple:
+                def forward(chosen: tuple) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
                     full = list(arrays)
                     for i, value in zip(diff_in, chosen):
                         full[i] = value

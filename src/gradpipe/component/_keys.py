@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import enum
 import struct
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -198,7 +198,9 @@ _HOST = "host"
 def _meta(x: jax.Array | np.ndarray) -> tuple[Any, ...]:
     if isinstance(x, np.ndarray):
         # Where it would be put: JAX's default device now (None: the backend's first).
-        return (x.dtype, x.shape, False, (_HOST, jax.config.jax_default_device))
+        # The stubs of jax.config lack its flags, and `jax.config.read` refuses this one.
+        default = jax.config.jax_default_device  # type: ignore[attr-defined]
+        return (x.dtype, x.shape, False, (_HOST, default))
     return (x.dtype, x.shape, x.weak_type, frozenset(x.devices()))
 
 
@@ -258,8 +260,8 @@ class ContentKey:
         if not self.host:
             return self
         arrays = list(self.arrays)
-        for i in self.host:
-            arrays[i] = private_copy(arrays[i])
+        for i in self.host:  # the indices of the NumPy leaves (see __init__)
+            arrays[i] = private_copy(cast(np.ndarray, arrays[i]))
         key = ContentKey.__new__(ContentKey)
         key.structure, key.arrays, key.metas = self.structure, tuple(arrays), self.metas
         key.groups, key.host, key._kind_hash = self.groups, self.host, self._kind_hash
@@ -276,7 +278,11 @@ class ContentKey:
         """The fingerprints of the device arrays, one per set of devices (computed
         once); NumPy leaves are left out (they are compared exactly on the host)."""
         if self._digest is None:
-            found = [fingerprint(tuple(self.arrays[i] for i in ix)) for ix in self.groups]
+            # Each group indexes device leaves only (see __init__).
+            found = [
+                fingerprint(cast("tuple[jax.Array, ...]", tuple(self.arrays[i] for i in ix)))
+                for ix in self.groups
+            ]
             self._digest = tuple(int(d) for d in found)
         return self._digest
 
@@ -290,7 +296,10 @@ class ContentKey:
 
     def same_host(self, other: ContentKey) -> bool:
         """Whether the NumPy leaves of two keys of the same kind hold the same bits."""
-        return all(host_equal(self.arrays[i], other.arrays[i]) for i in self.host)
+        return all(
+            host_equal(cast(np.ndarray, self.arrays[i]), cast(np.ndarray, other.arrays[i]))
+            for i in self.host
+        )
 
     def __hash__(self) -> int:
         return hash((self._kind_hash, self.digest))
@@ -308,7 +317,11 @@ class ContentKey:
         if not self.same_host(other):
             return False
         for ix in self.groups:
-            pairs = [(self.arrays[i], other.arrays[i]) for i in ix]
+            # Each group indexes device leaves only (see __init__).
+            pairs = cast(
+                "list[tuple[jax.Array, jax.Array]]",
+                [(self.arrays[i], other.arrays[i]) for i in ix],
+            )
             pairs = [(x, y) for x, y in pairs if x is not y]
             if pairs and not bitwise_equal(tuple(x for x, _ in pairs), tuple(y for _, y in pairs)):
                 return False

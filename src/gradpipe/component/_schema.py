@@ -181,7 +181,7 @@ class ArraySpec:
         )
 
     def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
-        number = {"b": "boolean", "u": "integer", "i": "integer"}.get(kind(self.dtype), "number")
+        number = dict(b="boolean", u="integer", i="integer").get(kind(self.dtype) or "", "number")
         js: dict[str, Any] = {"type": number}
         if ... not in self.shape:
             for size in reversed(self.shape):
@@ -354,7 +354,7 @@ def build_node(annotation: Any, where: str) -> Node:
 def model_node(model: type[pydantic.BaseModel], where: str = "") -> ModelNode:
     fields = []
     for name, info in model.model_fields.items():
-        annotation = info.annotation
+        annotation: Any = info.annotation  # a type, or a typing form once Annotated
         if info.metadata:
             annotation = Annotated[(annotation, *info.metadata)]
         fields.append((name, build_node(annotation, join_name(where, name))))

@@ -44,13 +44,14 @@ class FlatInputs:
     - `structure`: the hashable token described in the module docstring.
     - `arrays`: the array leaves of their declared dtype: JAX arrays, or, when
       flattened with ``host=True``, NumPy arrays for leaves given as anything but a
-      JAX array (see `on_device`).
+      JAX array (see `on_device`), or, when flattened with ``abstract=True``,
+      ``jax.ShapeDtypeStruct``s (hence typed ``Any``: the kind follows the flags).
     - `paths`: the canonical path of each array leaf.
     - `nodes`: the `ArrayNode` of each array leaf.
     """
 
     structure: Any
-    arrays: tuple[jax.Array, ...]
+    arrays: tuple[Any, ...]
     paths: tuple[str, ...]
     nodes: tuple[ArrayNode, ...]
 
@@ -79,12 +80,13 @@ def flatten_inputs(
     sent to a device): for a cache lookup that compares them where they live, and
     `on_device` to compute with them afterwards.
     """
-    arrays: list[jax.Array] = []
+    arrays: list[jax.Array | np.ndarray | jax.ShapeDtypeStruct] = []
     paths: list[str] = []
     nodes: list[ArrayNode] = []
 
     def walk(node: Node, value: Any, path: str) -> Any:
         if isinstance(node, ArrayNode):
+            array: jax.Array | np.ndarray | jax.ShapeDtypeStruct
             if value is None:
                 raise ComponentInputError(path, f"Input {path!r} is required, got None.")
             problem = x64_problem(node.spec.dtype)

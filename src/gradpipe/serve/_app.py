@@ -30,6 +30,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import jax
@@ -38,7 +39,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from ._batching import split_batch, stack
 from ._encoding import BINARY, JSON, PayloadError, choose_response_type, decode, encode, media_type
@@ -128,7 +129,7 @@ class _Server:
             self.bytes_in += received
             self.bytes_out += sent
 
-    def endpoint(self, name: str, operation: Callable[[dict], dict]):
+    def endpoint(self, name: str, operation: Callable[[dict], dict]) -> Callable[..., Any]:
         async def handle(request: Request) -> Response:
             received = 0
             try:
@@ -223,9 +224,7 @@ class _Server:
             keyed = keyed_prefixes(spec["path"] for spec in leaf_specs(comp.input_spec()))
             elements = split_batch(inputs, doc.get("batched_paths") or [], size, keyed)
             return {
-                "outputs": stack(
-                    [self._call("inputs", lambda e=e: comp.apply(e)) for e in elements]
-                )
+                "outputs": stack([self._call("inputs", partial(comp.apply, e)) for e in elements])
             }
         if not keep:
             return {"outputs": self._call("inputs", lambda: comp.apply(inputs))}
@@ -385,7 +384,7 @@ def create_app(
         max_batch,
         max_jacobian_bytes,
     )
-    routes = [
+    routes: list[BaseRoute] = [
         Route(f"/{name}", server.endpoint(name, getattr(server, name)), methods=["POST"])
         for name in FIELDS
     ]

@@ -13,7 +13,9 @@ last group of four is an error, never skipped.
 from __future__ import annotations
 
 import binascii
+from types import ModuleType
 
+pybase64: ModuleType | None  # None without the serve extra
 try:
     import pybase64
 except ImportError:  # pragma: no cover - the serve extra installs it

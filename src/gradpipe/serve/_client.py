@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -98,6 +99,8 @@ class Client:
         with self._lock:
             self.requests += 1
             self.bytes_sent += size
+        headers: Mapping[str, str]
+        content: bytes | bytearray
         if self._raw is not None:
             answer = self._raw.post(f"/{endpoint}", pieces)
             status, headers, content = answer.status, answer.headers, answer.content

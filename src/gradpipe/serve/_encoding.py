@@ -128,7 +128,7 @@ def _encode_array(value: Any, buffers: list | None) -> dict[str, Any]:
     else:
         # astype, not ascontiguousarray: the latter turns a 0-d array into a 1-d one.
         array = array.astype(array.dtype.newbyteorder("<"), order="C", copy=False)
-        raw = memoryview(array).cast("B")
+        raw = array.data.cast("B")
     if buffers is None:
         buffer: Any = {"buffer": raw, "encoding": "raw"}
     else:  # a placeholder, replaced by the base64 text after json.dumps (see encode)
@@ -166,7 +166,7 @@ def encode_pieces(document: Any, content_type: str) -> list[bytes | memoryview]:
     # buffers[0] is a random tag, so no string of the document can match a placeholder.
     buffers: list = [f"gp-{secrets.token_hex(8)}"]
     text = json.dumps(_to_wire(document, buffers), allow_nan=True).encode()
-    pieces = []
+    pieces: list[bytes | memoryview] = []
     for i, raw in enumerate(buffers[1:], start=1):
         before, text = text.split(f'"{buffers[0]}-{i}"'.encode(), 1)
         pieces += [before, b'"', b64encode(raw), b'"']
@@ -218,6 +218,7 @@ def _decode_array(node: dict[str, Any], path: str) -> np.ndarray:
         if list(array.shape) != shape:
             raise PayloadError(f"the json buffer has shape {list(array.shape)}, not {shape}.", path)
         return array
+    raw: bytes | memoryview
     if isinstance(buffer, Base64Text) and encoding == "base64":
         raw = buffer.raw
     elif encoding == "base64" and isinstance(buffer, str):
@@ -302,7 +303,7 @@ def _from_wire(node: Any, path: str) -> Any:
     raise PayloadError(f"a {type(node).__name__} is not a JSON value.", path)
 
 
-def decode(body: bytes, content_type: str) -> Any:
+def decode(body: bytes | bytearray, content_type: str) -> Any:
     """Parse a body in the given format back to JSON values and NumPy arrays.
 
     Raises `PayloadError` for a malformed body, naming the path of the bad value.

@@ -193,7 +193,9 @@ def build_jax_function(
         outs = jax.pure_callback(apply_cb, out_sds, *arrays, vmap_method="expand_dims")
         return unflatten(out_tree, dict(zip(out_paths, outs)), keyed_out, _is_abstract_leaf)
 
-    def function_jvp(primals, tangents):
+    def function_jvp(
+        primals: tuple[jax.Array, ...], tangents: tuple[Any, ...]
+    ) -> tuple[dict, dict]:
         *outs, token = jax.pure_callback(
             apply_keep_cb, [*out_sds, handle_sds], *primals, vmap_method="sequential"
         )
@@ -204,12 +206,12 @@ def build_jax_function(
         if active and diff_out:
             lin_sds = [out_sds[j] for j in diff_out]
 
-            def forward(res, ts):
+            def forward(res: Sequence[jax.Array], ts: Sequence[jax.Array]) -> list[jax.Array]:
                 return jax.pure_callback(
                     partial(jvp_cb, active), lin_sds, *res[1:], *ts, vmap_method=product_method
                 )
 
-            def transpose(res, cts):
+            def transpose(res: Sequence[jax.Array], cts: Sequence[jax.Array]) -> list[jax.Array]:
                 return jax.pure_callback(
                     partial(vjp_cb, active), in_sds(active), *res, *cts,
                     vmap_method=product_method,
@@ -246,7 +248,7 @@ def _results_by_path(
     return out
 
 
-def _zero_tangent(sds: jax.ShapeDtypeStruct) -> jax.Array:
+def _zero_tangent(sds: jax.ShapeDtypeStruct) -> jax.Array | np.ndarray:
     if jnp.issubdtype(sds.dtype, jnp.inexact):
         return jnp.zeros(sds.shape, sds.dtype)
     return np.zeros(sds.shape, jax.dtypes.float0)

@@ -100,7 +100,7 @@ _SIZE_FORMAT = {1: ">B", 2: ">H", 4: ">I"}
 
 
 class _Reader:
-    def __init__(self, body: bytes | memoryview):
+    def __init__(self, body: bytes | bytearray | memoryview):
         self.view = memoryview(body).cast("B")
         self.pos = 0
         self.items = 0
@@ -170,7 +170,7 @@ class _Reader:
         return out
 
 
-def unpack(body: bytes | memoryview) -> Any:
+def unpack(body: bytes | bytearray | memoryview) -> Any:
     """The document in ``body``; ``bin`` values are zero-copy ``memoryview`` slices."""
     reader = _Reader(body)
     document = reader.read(0)

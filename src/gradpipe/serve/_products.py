@@ -118,6 +118,7 @@ def _contract(
     """Batched products from the Jacobian blocks ``jac[out][in]`` of shape
     ``out.shape + in.shape``; ``vecs`` carry one leading batch axis."""
     out = []
+    total: int | np.ndarray
     if kind == "jvp":
         for o in out_paths:
             total = 0

@@ -127,7 +127,9 @@ class RemoteComponent(Operator):
         answer = self.client.post("apply", {"inputs": inputs, "keep_residuals": True})
         return answer["outputs"], answer.get("handle")
 
-    def jacobian(self, inputs: dict, jac_inputs: Sequence[str], jac_outputs: Sequence[str]):
+    def jacobian(
+        self, inputs: dict, jac_inputs: Sequence[str], jac_outputs: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
         """``{output path: {input path: array}}``."""
         document = {
             "inputs": inputs,

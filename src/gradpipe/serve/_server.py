@@ -6,12 +6,15 @@ import importlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._app import DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_JACOBIAN_BYTES, create_app
 from ._client import TOKEN_ENV
 from ._handles import HandleStore
 from ._malloc import tune_malloc
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 __all__ = ["TOKEN_ENV", "app_from_env", "load_component", "serve", "tune_malloc"]
 
@@ -47,7 +50,8 @@ def load_component(target: str, app_dir: str | None = ".") -> Any:
     if isinstance(obj, Component):
         return obj
     try:
-        return Component(obj)
+        # Always raises: the TypeError names the keyword arguments Component needs.
+        return Component(obj)  # type: ignore[call-arg]
     except TypeError as exc:
         raise TypeError(
             f"{target} is a {type(obj).__name__}, not a Component ({exc}). Serve a "
@@ -55,7 +59,7 @@ def load_component(target: str, app_dir: str | None = ".") -> Any:
         ) from None
 
 
-def app_from_env():
+def app_from_env() -> Starlette:
     """The app described by environment variables; the factory each worker calls."""
     tune_malloc()
     component = load_component(os.environ[_TARGET_ENV], os.environ.get(_APP_DIR_ENV))

@@ -33,11 +33,12 @@ inputs reuses).
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 from starlette.concurrency import run_in_threadpool
@@ -237,7 +238,8 @@ class _TesseractAPI:
         t1 = time.perf_counter()
         result = jax.block_until_ready(self._compute(name, inputs, lists, vectors, names))
         t2 = time.perf_counter()
-        writer = FileWriter(self.files, run_id) if output == "json+binref" else None
+        # json+binref is in self.formats, so negotiable, only when files is not None.
+        writer = FileWriter(cast(Path, self.files), run_id) if output == "json+binref" else None
         try:
             content = encode_arrays(result, _FORMATS[output], writer)
         except (TypeError, ValueError) as exc:
@@ -307,7 +309,7 @@ class _TesseractAPI:
         return _detail(404, "Not Found")
 
 
-def tesseract_mount(server: Any, files: str | Path | None = None) -> Mount:
+def tesseract_mount(server: Any, files: str | os.PathLike[str] | None = None) -> Mount:
     """The tesseract API of ``server`` (an `_app._Server`) as a Starlette `Mount` at
     ``/tesseract``; ``files`` is the directory of file references (json+binref)."""
     api = _TesseractAPI(server, None if files is None else Path(files))

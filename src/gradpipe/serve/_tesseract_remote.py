@@ -21,7 +21,7 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,7 @@ class _TesseractClient:
         with self._lock:
             self.requests += 1
             self.bytes_sent += sum(map(len, body))
+        content: bytes | bytearray
         if self._raw is not None:
             answer = self._raw.post(f"/{endpoint}", body)
             status, content = answer.status, answer.content
@@ -215,7 +216,7 @@ class TesseractRemote(RemoteComponent):
         `NotImplementedError`)."""
         raise NotImplementedError("a tesseract server publishes no request counters.")
 
-    def _peer(self, paths: Sequence[str]) -> list[str]:
+    def _peer(self, paths: Iterable[str]) -> list[str]:
         return [to_tesseract_path(p, self.info["dicts"]) for p in paths]
 
     def _back(self, tree: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]:
@@ -232,7 +233,9 @@ class TesseractRemote(RemoteComponent):
         """`apply`; the protocol keeps no residuals, so the handle is ``None``."""
         return self.apply(inputs), None
 
-    def jacobian(self, inputs: dict, jac_inputs: Sequence[str], jac_outputs: Sequence[str]):
+    def jacobian(
+        self, inputs: dict, jac_inputs: Sequence[str], jac_outputs: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
         """``{output path: {input path: array}}`` (one ``/jacobian``)."""
         answer = self.client.post("jacobian", {
             "inputs": inputs, "jac_inputs": self._peer(jac_inputs),

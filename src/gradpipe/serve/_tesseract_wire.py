@@ -23,6 +23,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterable
+from io import BufferedWriter
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +207,7 @@ class FileWriter:
         self.relative = Path(f"run_{run_id}") / f"{uuid.uuid4()}.bin"
         self.path = files / self.relative
         self.offset = 0
-        self._file = None
+        self._file: BufferedWriter | None = None
 
     def write(self, raw: memoryview) -> str:
         if self._file is None:
@@ -233,9 +234,9 @@ def _encode_array(value: Any, encoding: str, buffers: list, writer: FileWriter |
         data = {"buffer": array.tolist(), "encoding": "json"}
     elif encoding == "binref":
         assert writer is not None
-        data = {"buffer": writer.write(memoryview(array).cast("B")), "encoding": "binref"}
+        data = {"buffer": writer.write(array.data.cast("B")), "encoding": "binref"}
     else:  # a placeholder, replaced by the base64 text after json.dumps
-        buffers.append(memoryview(array).cast("B") if array.size else b"")
+        buffers.append(array.data.cast("B") if array.size else b"")
         data = {"buffer": f"{buffers[0]}-{len(buffers) - 1}", "encoding": "base64"}
     return {"object_type": "array", "shape": list(array.shape), "dtype": array.dtype.name,
             "data": data}  # fmt: skip
