@@ -30,7 +30,6 @@ OVERSIZE = {
     "src/gradpipe/ooc/ops/_indexing.py": 446,
     "src/gradpipe/component/_schema.py": 423,
     "src/gradpipe/ooc/ops/_reduce.py": 416,
-    "src/gradpipe/ooc/_zarr_file.py": 411,
     "src/gradpipe/core/_registry.py": 405,
     "src/gradpipe/serve/_app.py": 403,
 }

@@ -55,7 +55,7 @@ FAMILIES = [
     (
         "Arrays where they lie",
         "zarr arrays (any fsspec store) and HDF5 datasets computed on in place, with no copy.",
-        ("_zarr_file", "_hdf5_file"),
+        ("_zarr_file", "_hdf5_file", "_open_in_place"),
     ),
     (
         "Extensions",

@@ -52,16 +52,15 @@ from ._driver import Driver, set_progress
 from ._equinox import install as _install_equinox_filters
 from ._executor import DaskExecutor, executor
 from ._explain import Plan, explain
-from ._hdf5_file import open_hdf5
 from ._interop import from_zarr, to_memmap, to_zarr
 from ._iostats import IOStats, io_stats, reset_io_stats
 from ._jax_hooks import install as _install_jax_hooks
 from ._namespace_info import NamespaceInfo, __array_namespace_info__
 from ._op import BlockParallelOp, CustomOp, make_op
+from ._open_in_place import open_hdf5, open_zarr
 from ._scratch import get_scratch_dir, set_scratch_dir
 from ._stages import Stage
 from ._storage import FORMAT_VERSION
-from ._zarr_file import open_zarr
 from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
 from .ops._einsum import register_with_opt_einsum as _register_with_opt_einsum

@@ -20,11 +20,10 @@ import weakref
 
 import numpy as np
 
-from ._budget import default_page_shape, get_budget
 from ._iostats import record_read
 from ._zarr_file import InPlaceFile, _extent, _touched_bytes
 
-__all__ = ["HDF5File", "open_hdf5"]
+__all__ = ["HDF5File", "hdf5_file"]
 
 Region = tuple[slice, ...]
 
@@ -45,7 +44,10 @@ class HDF5File(InPlaceFile):
 
     writable = False
 
-    def __init__(self, path: str | os.PathLike, dataset: str):
+    def __init__(self, path: str | os.PathLike, dataset: str, page_shape=None):
+        """``page_shape``: for a contiguous dataset, the pages to read it in (a shape,
+        or a function of the shape and item size giving one); a chunked dataset's
+        pages are its chunks."""
         h5py = _h5py()
         self.path = os.path.abspath(os.fspath(path))
         self.dataset = dataset
@@ -82,8 +84,14 @@ class HDF5File(InPlaceFile):
         self._decodes_whole = self.whole_chunks and node.id.get_create_plist().get_nfilters() > 0
         if node.chunks is not None:
             self.page_shape = tuple(int(c) for c in node.chunks)
+        elif page_shape is not None:  # a contiguous dataset: pages as the caller plans
+            pages = page_shape(self.shape, dtype.itemsize) if callable(page_shape) else page_shape
+            self.page_shape = tuple(int(p) for p in pages)
         else:
-            self.page_shape = default_page_shape(self.shape, self.dtype.itemsize, get_budget())
+            raise ValueError(
+                f"dataset {dataset!r} in {self.path!r} is contiguous: give the page shape "
+                "to read it in (open_hdf5 gives the default one of the budget)."
+            )
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """The values in ``region``, read straight into ``out`` when it is given (a
@@ -118,7 +126,7 @@ class HDF5File(InPlaceFile):
         )
 
     def __reduce__(self):
-        return (HDF5File, (self.path, self.dataset))
+        return (HDF5File, (self.path, self.dataset, self.page_shape))
 
     def __repr__(self) -> str:
         return (
@@ -127,32 +135,8 @@ class HDF5File(InPlaceFile):
         )
 
 
-def open_hdf5(path, dataset: str | None = None):
-    """A read-only `DiskArray` on one dataset of an HDF5 (or NetCDF-4) file, in place.
-
-    No copy is made: a chunked dataset is read in whole chunks (tiles follow them),
-    each decoded once per pass; a contiguous one in pages of the default size.
-
-    ```python
-    with h5py.File("data.h5", "w") as f:
-        f.create_dataset("x", data=np.random.rand(1000, 64), chunks=(100, 64),
-                         compression="gzip")
-    x = ooc.open_hdf5("data.h5", "x")
-    m = ooc.mean(x)
-    ```
-
-    **Arguments:**
-
-    - `path`: the HDF5 file, or an open `h5py.Dataset` (its file is reopened
-      read-only by name).
-    - `dataset`: the dataset's name in the file (``"group/name"``; for a NetCDF-4
-      file, the variable's name).
-
-    **Returns:** a `DiskArray` whose file is the dataset; writing into it is
-    refused (copy it first).
-    """
-    from ._array import DiskArray
-
+def hdf5_file(path, dataset: str | None = None, page_shape=None) -> HDF5File:
+    """The `HDF5File` `open_hdf5` wraps (see there for the arguments)."""
     h5py = _h5py()
     if isinstance(path, h5py.Dataset):
         if dataset is not None:
@@ -164,4 +148,4 @@ def open_hdf5(path, dataset: str | None = None):
         )
     if dataset is None:
         raise TypeError("open_hdf5(path, dataset): name the dataset to open, e.g. 'x'.")
-    return DiskArray._wrap(HDF5File(path, dataset))
+    return HDF5File(path, dataset, page_shape)

@@ -1,7 +1,7 @@
 """DiskArrays to and from zarr arrays and `np.memmap` files, in bounded memory.
 
 `to_zarr` streams a result into a new zarr array as it is computed; `from_zarr`
-copies a zarr array into gradpipe's own format (`open_zarr`, in `_zarr_file`,
+copies a zarr array into gradpipe's own format (`open_zarr`, in `_open_in_place`,
 computes on it where it lies instead).
 """
 
@@ -19,7 +19,7 @@ from ._budget import MemoryBudget, format_bytes, get_budget
 from ._chain import is_chain
 from ._debris import sweep_partials
 from ._storage import fsync_dir, partial_name
-from ._zarr_file import ZarrFile, open_zarr, resolve_store, zarr_module
+from ._zarr_file import ZarrFile, resolve_store, zarr_file, zarr_module
 
 __all__ = ["from_zarr", "to_memmap", "to_zarr"]
 
@@ -183,7 +183,7 @@ def from_zarr(
     - `storage_options`: options for the fsspec file system of a URL.
     """
     if isinstance(source, (str, os.PathLike)):
-        source = open_zarr(source, storage_options=storage_options)._file.array
+        source = zarr_file(source, storage_options=storage_options).array
     f = _new_file(source.shape, source.dtype, path, page_shape, budget)
     try:
         for r in _row_chunks(f):

@@ -38,7 +38,7 @@ import numpy as np
 
 from ._iostats import record_read, record_write
 
-__all__ = ["InPlaceFile", "ZarrFile", "open_zarr", "resolve_store", "zarr_module"]
+__all__ = ["InPlaceFile", "ZarrFile", "zarr_file", "resolve_store", "zarr_module"]
 
 Region = tuple[slice, ...]
 
@@ -341,33 +341,8 @@ def _store_root(store) -> str:
     return str(store)
 
 
-def open_zarr(store, *, path: str | None = None, mode: str = "r", storage_options=None):
-    """A `DiskArray` reading (and with ``mode="r+"`` writing) a zarr array in place.
-
-    No copy is made: tiles are planned in whole chunks, and each read decodes only
-    the chunks it touches. Zarr format 2 and 3, any codecs and regular chunking.
-
-    ```python
-    z = zarr.create_array("data.zarr", shape=(1000, 64), chunks=(100, 64), dtype="f4")
-    z[:] = np.random.rand(1000, 64)
-    x = ooc.open_zarr("data.zarr")
-    total = ooc.sum(x)                   # reads each chunk once, writes nothing
-    ```
-
-    **Arguments:**
-
-    - `store`: a local path, an fsspec URL (``file://``, ``memory://``, ``s3://``,
-      ...), a zarr store, or a `zarr.Array`.
-    - `path`: the array's path inside the store (when the store is a group).
-    - `mode`: ``"r"`` (read-only) or ``"r+"`` (`update_` and ``x[...] = v`` write
-      into the zarr array, one chunk at a time; see `gradpipe.ooc._zarr_file`).
-    - `storage_options`: options for the fsspec file system of a URL, such as
-      ``{"endpoint_url": ..., "key": ..., "secret": ...}`` for S3.
-
-    **Returns:** a `DiskArray` whose file is the zarr array (``x.path`` names it).
-    """
-    from ._array import DiskArray
-
+def zarr_file(store, *, path: str | None = None, mode: str = "r", storage_options=None):
+    """The `ZarrFile` `open_zarr` wraps (see there for the arguments)."""
     zarr = zarr_module()
     if mode not in _MODES:
         raise ValueError(f"open_zarr: mode must be 'r' or 'r+', got {mode!r}.")
@@ -383,7 +358,7 @@ def open_zarr(store, *, path: str | None = None, mode: str = "r", storage_option
                 "with zarr.open_array(..., mode='r+') first."
             )
         array = _local_twin(store)
-        return DiskArray._wrap(ZarrFile(array, _join(_store_root(array.store), array.path)))
+        return ZarrFile(array, _join(_store_root(array.store), array.path))
     opened, root = resolve_store(store, mode=mode, storage_options=storage_options)
     try:
         array = zarr.open_array(opened, path=path or "", mode=mode)
@@ -396,7 +371,7 @@ def open_zarr(store, *, path: str | None = None, mode: str = "r", storage_option
             f"{_join(root, path)!r} is a zarr group, not an array: pass path= the array's "
             f"name in it ({_array_names(zarr, opened, path)})."
         ) from None
-    return DiskArray._wrap(ZarrFile(array, _join(root, path)))
+    return ZarrFile(array, _join(root, path))
 
 
 def _join(root: str, path: str | None) -> str:

@@ -72,8 +72,7 @@ def _backend_class(module: str, name: str):
 
 def _open_backend(node):
     """A DiskArray reading the backend array ``node`` where it lies, or None."""
-    from .._hdf5_file import open_hdf5
-    from .._zarr_file import open_zarr
+    from .._open_in_place import open_hdf5, open_zarr
 
     zarr_wrapper = _backend_class("zarr", "ZarrArrayWrapper")
     h5_wrapper = _backend_class("h5netcdf_", "H5NetCDFArrayWrapper")
