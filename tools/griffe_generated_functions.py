@@ -16,7 +16,7 @@ Used from mkdocs.yml:
 ```yaml
 extensions:
   - tools/griffe_generated_functions.py:
-      modules: [gradpipe.ooc.ops._elementwise, gradpipe.ooc._array]
+      modules: [gradpipe.ooc.ops._elementwise, gradpipe.ooc.arrays._array]
 ```
 """
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc import _handles
+from gradpipe.ooc.arrays import _handles
 
 
 @pytest.fixture(scope="session", autouse=True)

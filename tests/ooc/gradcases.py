@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc._hijax import type_of
+from gradpipe.ooc.arrays._hijax import type_of
 
 # every case's arrays (a few KiB) are cut into several tiles at this budget
 TILE_BUDGET = 4096  # the minimum

@@ -26,7 +26,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from gradpipe import ooc
-from gradpipe.ooc._hijax import type_of
+from gradpipe.ooc.arrays._hijax import type_of
 
 BUDGETS = (4096, 8192, 16384, 65536)
 FLOATS = ("float32", "float64")

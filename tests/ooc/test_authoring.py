@@ -120,17 +120,17 @@ def test_progress_bar_is_off_by_default_and_can_be_turned_on(rng, tiny_budget, c
 def test_next_tiles_are_read_on_a_background_thread(rng, tiny_budget, monkeypatch):
     import threading
 
-    from gradpipe.ooc import _storage
+    from gradpipe.ooc.storage import _paged_file
 
     x = ooc.DiskArray.from_numpy(rng.standard_normal((64, 64)).astype(np.float32))
     readers = []
-    real = _storage.PagedFile.read
+    real = _paged_file.PagedFile.read
 
     def spy(self, region=None, out=None):
         readers.append(threading.current_thread().name)
         return real(self, region, out)
 
-    monkeypatch.setattr(_storage.PagedFile, "read", spy)
+    monkeypatch.setattr(_paged_file.PagedFile, "read", spy)
     ooc.matmul(x, x)
     assert len(readers) > 2
     assert all(name.startswith("gradpipe-ooc-read") for name in readers)
@@ -190,11 +190,11 @@ def test_results_that_alias_input_blocks_survive_buffer_reuse(rng):
 
 
 def test_a_failed_background_write_fails_the_operation_and_leaves_nothing(rng, monkeypatch):
-    from gradpipe.ooc import _storage
+    from gradpipe.ooc.storage import _paged_file
 
     a = ooc.DiskArray.from_numpy(rng.standard_normal((32, 32)).astype(np.float32))
     before = set(ooc.get_scratch_dir().iterdir())
-    real = _storage.PagedFile.write
+    real = _paged_file.PagedFile.write
     writes = []
 
     def failing(self, region, data):
@@ -203,7 +203,7 @@ def test_a_failed_background_write_fails_the_operation_and_leaves_nothing(rng, m
             raise OSError(28, "Disk full while writing (simulated)")
         return real(self, region, data)
 
-    monkeypatch.setattr(_storage.PagedFile, "write", failing)
+    monkeypatch.setattr(_paged_file.PagedFile, "write", failing)
     with pytest.raises(OSError, match="simulated"), ooc.MemoryBudget(8192):
         ooc.matmul(a, a)
     # no file more; one fewer is an earlier test's garbage, collected meanwhile

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc._driver import Driver
+from gradpipe.ooc.execution._driver import Driver
 from gradpipe.ooc.ops._blockwise import Blockwise
 from gradpipe.ooc.ops._elementwise import add
 from gradpipe.ooc.ops._matmul import MatMul

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc import _file_map, _storage
+from gradpipe.ooc.storage import _file_map, _paged_file
 
 
 def _mapped_resident_bytes(path) -> int:
@@ -26,7 +26,7 @@ def _mapped_resident_bytes(path) -> int:
 def test_a_region_of_whole_rows_is_a_read_only_view_equal_to_a_read(rng, tmp_path):
     X = rng.standard_normal((300, 7)).astype(np.float32)
     a = ooc.DiskArray.from_numpy(X, path=tmp_path / "x.gpa", page_shape=(64, 7))
-    f = _storage.PagedFile.open(tmp_path / "x.gpa")
+    f = _paged_file.PagedFile.open(tmp_path / "x.gpa")
     for rows in [slice(0, 300), slice(5, 77), slice(250, 300), slice(299, 300)]:
         v = f.view((rows, slice(0, 7)))
         assert _file_map.is_view(v)
@@ -42,12 +42,12 @@ def test_a_region_of_whole_rows_is_a_read_only_view_equal_to_a_read(rng, tmp_pat
 def test_regions_that_are_not_one_run_of_bytes_are_read_instead(rng, tmp_path):
     X = rng.standard_normal((40, 12)).astype(np.float64)
     ooc.DiskArray.from_numpy(X, path=tmp_path / "x.gpa", page_shape=(8, 4))
-    f = _storage.PagedFile.open(tmp_path / "x.gpa")
+    f = _paged_file.PagedFile.open(tmp_path / "x.gpa")
     assert f.view((slice(0, 8), slice(0, 12))) is None  # pages split the rows
     assert f.view((slice(0, 8), slice(0, 3))) is None  # part of a page
     np.testing.assert_array_equal(f.view((slice(8, 16), slice(4, 8))), X[8:16, 4:8])  # a page
     ooc.DiskArray.from_numpy(X, path=tmp_path / "y.gpa", page_shape=(8, 12))
-    g = _storage.PagedFile.open(tmp_path / "y.gpa")
+    g = _paged_file.PagedFile.open(tmp_path / "y.gpa")
     assert g.view((slice(0, 8), slice(0, 4))) is None  # part of each row
     assert g.view((slice(3, 3), slice(0, 12))) is None  # empty
     np.testing.assert_array_equal(g.view((slice(3, 19), slice(0, 12))), X[3:19])

@@ -18,7 +18,7 @@ from gradcases import GradCase, check
 from rounding import assert_within, gamma
 
 from gradpipe import ooc
-from gradpipe.ooc._chain import is_chain
+from gradpipe.ooc.planning._chain import is_chain
 
 
 def _persist(xp, a):
@@ -186,7 +186,7 @@ def test_a_very_long_chain_is_cut_and_stays_correct(rng):
         y, want = x, a
         for _ in range(120):
             y, want = ooc.sin(y) + 0.01, np.sin(want) + np.float32(0.01)
-        assert y._file.depth <= ooc._chain.MAX_DEPTH
+        assert y._file.depth <= ooc.planning._chain.MAX_DEPTH
         np.testing.assert_allclose(y.to_numpy(force=True), want, rtol=1e-5, atol=1e-6)
 
 
@@ -206,11 +206,13 @@ def test_a_chain_too_deep_for_its_budget_is_cut_so_its_pieces_stay_large(rng):
         x = ooc.DiskArray.from_numpy(a)
         y = long_chain(ooc, x)
         assert is_chain(y._file)
-        assert y._file.stats().piece_bytes >= ooc._chain.MIN_PIECE_BYTES
+        assert y._file.stats().piece_bytes >= ooc.planning._chain.MIN_PIECE_BYTES
         np.testing.assert_allclose(y.to_numpy(force=True), long_chain(np, a), rtol=1e-5, atol=1e-6)
         g = jax.grad(lambda x: ooc.sum(long_chain(ooc, x)))(x)
         assert all(
-            c.stats().piece_bytes >= ooc._chain.MIN_PIECE_BYTES for c in [g._file] if is_chain(c)
+            c.stats().piece_bytes >= ooc.planning._chain.MIN_PIECE_BYTES
+            for c in [g._file]
+            if is_chain(c)
         )
         want = jax.grad(lambda x: jnp.sum(long_chain(jnp, x)))(a)
         np.testing.assert_allclose(g.to_numpy(force=True), want, rtol=1e-4, atol=1e-5)

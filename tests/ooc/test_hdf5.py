@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc._hdf5_file import HDF5File
-from gradpipe.ooc._storage import PagedFile
+from gradpipe.ooc.storage._hdf5_file import HDF5File
+from gradpipe.ooc.storage._paged_file import PagedFile
 
 BUDGET = 16384
 SHAPE, CHUNKS = (256, 96), (32, 40)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gradpipe import ooc
-from gradpipe.ooc import _header
+from gradpipe.ooc.storage import _header
 
 
 def _write_header(path, meta, *, length=None, magic=_header.MAGIC, pad=True, data=64):

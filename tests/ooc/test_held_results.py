@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc import _held_results
+from gradpipe.ooc.execution import _held_results
 
 BUDGET = 4 * 2**20  # held: results of at most 128 KiB each, 512 KiB in all
 

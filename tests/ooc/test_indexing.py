@@ -9,9 +9,9 @@ import pytest
 from gradcases import MODE_IDS, MODES, GradCase, check
 
 from gradpipe import ooc
-from gradpipe.ooc._hijax import type_of
-from gradpipe.ooc._storage import PagedFile
+from gradpipe.ooc.arrays._hijax import type_of
 from gradpipe.ooc.ops import _indexing
+from gradpipe.ooc.storage._paged_file import PagedFile
 
 SHAPE = (13, 9, 5)
 

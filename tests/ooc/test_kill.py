@@ -16,7 +16,7 @@ import pytest
 
 import gradpipe
 from gradpipe import ooc
-from gradpipe.ooc import _debris
+from gradpipe.ooc.storage import _debris
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process tests use /proc")
 
@@ -34,11 +34,11 @@ UPDATE_CHILD = (
     + """
 import numpy as np
 from gradpipe import ooc
-from gradpipe.ooc import _storage
+from gradpipe.ooc.storage import _paged_file
 path, stop_at = sys.argv[1], sys.argv[2]
 X = ooc.DiskArray.open(path, writable=True)
 count = [0]
-real_write, real_replace = _storage.PagedFile.write, os.replace
+real_write, real_replace = _paged_file.PagedFile.write, os.replace
 def write(self, region, data):
     real_write(self, region, data)
     count[0] += 1
@@ -48,8 +48,8 @@ def replace(src, dst):
     if stop_at == "rename":
         pause()
     real_replace(src, dst)
-_storage.PagedFile.write = write
-_storage.os.replace = replace
+_paged_file.PagedFile.write = write
+_paged_file.os.replace = replace
 with ooc.MemoryBudget(8192):
     X.update_(1.0)
 if stop_at == "done":

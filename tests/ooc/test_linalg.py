@@ -11,7 +11,7 @@ from gradcases import MODE_IDS, MODES, GradCase, check
 from rounding import assert_within, gamma, product_reference
 
 from gradpipe import ooc
-from gradpipe.ooc._hijax import type_of
+from gradpipe.ooc.arrays._hijax import type_of
 from gradpipe.ooc.ops._matmul import Contraction, MatMul, _analyse
 
 BUDGET = 4096

@@ -11,7 +11,7 @@ import pytest
 from gradcases import MODE_IDS, MODES, GradCase, check
 
 from gradpipe import ooc
-from gradpipe.ooc._storage import PagedFile
+from gradpipe.ooc.storage._paged_file import PagedFile
 
 BUDGET = 4096
 

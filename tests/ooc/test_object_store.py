@@ -11,7 +11,7 @@ import zarr
 from s3_server import s3_bucket
 
 from gradpipe import ooc
-from gradpipe.ooc._zarr_file import ZarrFile
+from gradpipe.ooc.storage._zarr_file import ZarrFile
 
 BUDGET = 16384
 

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc._hijax import type_of
+from gradpipe.ooc.arrays._hijax import type_of
 
 BASE_SHAPE = (8, 9)
 BUDGET = 64 * 2**10

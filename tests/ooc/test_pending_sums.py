@@ -1,5 +1,5 @@
 """Small sums wait until read, and sums of the same data then share one pass
-(`gradpipe.ooc._pending`): xarray's weighted mean reads its data once, not twice."""
+(`gradpipe.ooc.execution._pending`): xarray's weighted mean reads its data once, not twice."""
 
 import gc
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc._pending import is_pending
+from gradpipe.ooc.execution._pending import is_pending
 
 BUDGET = 2 * 2**20
 SHAPE = (240, 30, 64)  # 1.8 MiB of float32; each sum over the last axis is 28 KiB
@@ -200,9 +200,9 @@ def test_tiles_cut_every_other_axis_before_the_slots_of_joined_sums():
     cuts the slots only when no other axis can be cut."""
     from types import SimpleNamespace
 
-    from gradpipe.ooc._budget import plan_tiles
-    from gradpipe.ooc._grain import loop_grain
     from gradpipe.ooc.ops._reduce import Sum
+    from gradpipe.ooc.planning._budget import plan_tiles
+    from gradpipe.ooc.planning._grain import loop_grain
 
     shape = (64, 48, 2, 256)  # slots on axis 2, just before the summed axis
     stack = SimpleNamespace(shape=shape, dtype=np.dtype(np.float32), grain=(1, 1, 2, 1))

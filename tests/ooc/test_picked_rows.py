@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc._chain import is_chain
-from gradpipe.ooc._picked_rows import PickedRows
+from gradpipe.ooc.planning._chain import is_chain
+from gradpipe.ooc.storage._picked_rows import PickedRows
 
 BUDGET = 2 * 2**20
 SHAPE = (400, 32, 64)  # rows of 8 KiB along axis 0

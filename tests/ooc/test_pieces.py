@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradpipe.ooc import _pieces
-from gradpipe.ooc._storage import PagedFile
+from gradpipe.ooc.storage import _pieces
+from gradpipe.ooc.storage._paged_file import PagedFile
 
 
 @st.composite
@@ -162,13 +162,13 @@ def test_a_file_truncated_after_opening_is_a_clear_error(tmp_path):
 def test_a_scalar_fill_is_written_a_slab_at_a_time(monkeypatch):
     """A broadcast value is made contiguous in slabs of at most a few MiB, never as
     one region-sized copy."""
-    from gradpipe.ooc import _storage
+    from gradpipe.ooc.storage import _paged_file
 
-    monkeypatch.setattr(_storage, "_STAGING_BYTES", 4096)
+    monkeypatch.setattr(_paged_file, "_STAGING_BYTES", 4096)
     sizes = []
     real = _pieces.write_pieces
     monkeypatch.setattr(
-        _storage,
+        _paged_file,
         "write_pieces",
         lambda fd, data, p, path: sizes.append(data.nbytes) or real(fd, data, p, path),
     )

@@ -262,7 +262,7 @@ def test_jax_functions_that_cannot_take_a_disk_array_are_named(function, mode):
 def test_debug_print_of_an_unknown_jax_is_refused_not_misprinted(mode, monkeypatch):
     """Where JAX's jax.debug.print passes its arguments otherwise than gradpipe knows
     (a later version), a DiskArray is refused by name, not printed as its handle."""
-    from gradpipe.ooc import _jax_hooks
+    from gradpipe.ooc.arrays import _jax_hooks
 
     X = _disk()
     prim = jax.make_jaxpr(lambda x: jax.debug.print("{}", x))(1.0).eqns[0].primitive

@@ -13,7 +13,7 @@ from gradcases import MODE_IDS, MODES, GradCase, check
 
 from gradpipe import ooc
 from gradpipe.ooc import Driver
-from gradpipe.ooc._hijax import type_of
+from gradpipe.ooc.arrays._hijax import type_of
 from gradpipe.ooc.ops._statistics import Cumulative
 
 AXES = [None, 0, 1, (0, 1), -1]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc import _header, _storage
+from gradpipe.ooc.storage import _header, _paged_file
 
 
 def test_round_trip_with_odd_pages(rng, tmp_path):
@@ -20,7 +20,7 @@ def test_round_trip_with_odd_pages(rng, tmp_path):
     b = ooc.DiskArray.open(tmp_path / "x.gpa")
     assert b.shape == (37, 23) and b.dtype == np.float64
     np.testing.assert_array_equal(b.to_numpy(), X)
-    f = _storage.PagedFile.open(tmp_path / "x.gpa")
+    f = _paged_file.PagedFile.open(tmp_path / "x.gpa")
     assert f.page_shape == (8, 5)
     np.testing.assert_array_equal(f.read((slice(3, 30), slice(4, 21))), X[3:30, 4:21])
 
@@ -61,7 +61,7 @@ def test_missing_and_truncated_files_give_clear_errors(tmp_path):
 
 def test_interrupted_write_leaves_no_partial_array(tmp_path, monkeypatch):
     calls = []
-    real = _storage.PagedFile.write
+    real = _paged_file.PagedFile.write
 
     def failing_write(self, region, data):
         calls.append(1)
@@ -69,7 +69,7 @@ def test_interrupted_write_leaves_no_partial_array(tmp_path, monkeypatch):
             raise KeyboardInterrupt("simulated failure part-way")
         return real(self, region, data)
 
-    monkeypatch.setattr(_storage.PagedFile, "write", failing_write)
+    monkeypatch.setattr(_paged_file.PagedFile, "write", failing_write)
     with pytest.raises(KeyboardInterrupt):
         ooc.DiskArray.from_numpy(
             np.ones((64, 8), np.float32), path=tmp_path / "p.gpa", page_shape=(8, 8)
@@ -186,8 +186,8 @@ def _sync_log(monkeypatch):
         log.append(("rename", os.fspath(dst)))
         real_replace(src, dst)
 
-    monkeypatch.setattr(_storage.os, "fsync", fsync)
-    monkeypatch.setattr(_storage.os, "replace", replace)
+    monkeypatch.setattr(_paged_file.os, "fsync", fsync)
+    monkeypatch.setattr(_paged_file.os, "replace", replace)
     return log
 
 
@@ -219,7 +219,7 @@ def test_an_update_that_fails_part_way_changes_nothing(tmp_path, monkeypatch):
     path = tmp_path / "u.gpa"
     ooc.DiskArray.from_numpy(np.zeros((64, 64), np.float32), path=path, page_shape=(8, 64))
     w = ooc.DiskArray.open(path, writable=True)
-    real, calls = _storage.PagedFile.write, []
+    real, calls = _paged_file.PagedFile.write, []
 
     def failing_write(self, region, data):
         calls.append(1)
@@ -227,10 +227,10 @@ def test_an_update_that_fails_part_way_changes_nothing(tmp_path, monkeypatch):
             raise KeyboardInterrupt("simulated failure part-way")
         return real(self, region, data)
 
-    monkeypatch.setattr(_storage.PagedFile, "write", failing_write)
+    monkeypatch.setattr(_paged_file.PagedFile, "write", failing_write)
     with ooc.MemoryBudget(8192), pytest.raises(KeyboardInterrupt):
         w.update_(1.0)
-    monkeypatch.setattr(_storage.PagedFile, "write", real)
+    monkeypatch.setattr(_paged_file.PagedFile, "write", real)
     assert np.all(w.to_numpy() == 0) and np.all(ooc.DiskArray.open(path).to_numpy() == 0)
     assert [p.name for p in tmp_path.iterdir()] == ["u.gpa"]
     w.update_(3.0)  # the array still works, and writes its own file
@@ -266,7 +266,7 @@ def test_update_in_a_read_only_directory_names_it(tmp_path):
 def test_an_interrupted_to_memmap_leaves_no_file(tmp_path, monkeypatch):
     """A raw memmap has no header: a half-written one would read as valid data."""
     a = ooc.DiskArray.from_numpy(np.ones((64, 64), np.float32))
-    real, calls = _storage.PagedFile.read, []
+    real, calls = _paged_file.PagedFile.read, []
 
     def failing_read(self, region=None, out=None):
         calls.append(1)
@@ -274,10 +274,10 @@ def test_an_interrupted_to_memmap_leaves_no_file(tmp_path, monkeypatch):
             raise KeyboardInterrupt("simulated failure part-way")
         return real(self, region, out)
 
-    monkeypatch.setattr(_storage.PagedFile, "read", failing_read)
+    monkeypatch.setattr(_paged_file.PagedFile, "read", failing_read)
     with pytest.raises(KeyboardInterrupt):
         ooc.to_memmap(a, tmp_path / "m.raw", budget=8192)
     assert list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(_storage.PagedFile, "read", real)
+    monkeypatch.setattr(_paged_file.PagedFile, "read", real)
     np.testing.assert_array_equal(ooc.to_memmap(a, tmp_path / "m.raw"), np.ones((64, 64)))
     assert [p.name for p in tmp_path.iterdir()] == ["m.raw"]

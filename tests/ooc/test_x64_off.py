@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc import _x64
+from gradpipe.ooc.kernels import _x64
 
 BUDGET = 4096  # the minimum: every array below is cut into several tiles
 

@@ -17,12 +17,12 @@ import pytest
 import zarr
 
 from gradpipe import ooc
-from gradpipe.ooc import _budget
-from gradpipe.ooc._grain import loop_grain
-from gradpipe.ooc._storage import PagedFile
-from gradpipe.ooc._zarr_file import ZarrFile
 from gradpipe.ooc.ops._layout import Transpose
 from gradpipe.ooc.ops._reduce import Sum
+from gradpipe.ooc.planning import _budget
+from gradpipe.ooc.planning._grain import loop_grain
+from gradpipe.ooc.storage._paged_file import PagedFile
+from gradpipe.ooc.storage._zarr_file import ZarrFile
 
 BUDGET = 16384  # bytes: the test arrays below are 4-8 times this
 SHAPE, CHUNKS = (256, 96), (32, 40)  # chunks that do not divide the array

@@ -24,9 +24,24 @@ except ImportError as _error:
         f"pip install 'gradpipe[ooc]'."
     ) from _error
 
-from ._array import DiskArray
-from ._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
-from ._constants import (
+from ._equinox import install as _install_equinox_filters
+from ._explain import Plan, explain
+from ._interop import from_zarr, to_memmap, to_zarr
+from ._namespace_info import NamespaceInfo, __array_namespace_info__
+from ._open_in_place import open_hdf5, open_zarr
+from .arrays._array import DiskArray
+from .arrays._device import Device
+from .arrays._jax_hooks import install as _install_jax_hooks
+from .arrays._op import BlockParallelOp, CustomOp, make_op
+from .execution._driver import Driver, set_progress
+from .execution._executor import DaskExecutor, executor
+from .kernels._data_types import can_cast, finfo, iinfo, isdtype, result_type
+from .ops import *  # noqa: F403
+from .ops import __all__ as _ops_all
+from .ops._einsum import register_with_opt_einsum as _register_with_opt_einsum
+from .planning._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
+from .planning._stages import Stage
+from .storage._constants import (
     bool,
     complex64,
     complex128,
@@ -46,24 +61,9 @@ from ._constants import (
     uint32,
     uint64,
 )
-from ._data_types import can_cast, finfo, iinfo, isdtype, result_type
-from ._device import Device
-from ._driver import Driver, set_progress
-from ._equinox import install as _install_equinox_filters
-from ._executor import DaskExecutor, executor
-from ._explain import Plan, explain
-from ._interop import from_zarr, to_memmap, to_zarr
-from ._iostats import IOStats, io_stats, reset_io_stats
-from ._jax_hooks import install as _install_jax_hooks
-from ._namespace_info import NamespaceInfo, __array_namespace_info__
-from ._op import BlockParallelOp, CustomOp, make_op
-from ._open_in_place import open_hdf5, open_zarr
-from ._scratch import get_scratch_dir, set_scratch_dir
-from ._stages import Stage
-from ._storage import FORMAT_VERSION
-from .ops import *  # noqa: F403
-from .ops import __all__ as _ops_all
-from .ops._einsum import register_with_opt_einsum as _register_with_opt_einsum
+from .storage._iostats import IOStats, io_stats, reset_io_stats
+from .storage._paged_file import FORMAT_VERSION
+from .storage._scratch import get_scratch_dir, set_scratch_dir
 
 _install_equinox_filters()  # eqx.filter_grad & co. see DiskArrays as arrays
 _install_jax_hooks()  # JAX's operators and primitives take DiskArrays

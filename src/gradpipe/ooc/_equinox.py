@@ -27,7 +27,7 @@ __all__ = ["DiskArrayLike", "install"]
 
 class _DiskArrayLikeMeta(type):
     def __instancecheck__(cls, x: Any) -> bool:
-        from ._hijax import type_of
+        from .arrays._hijax import type_of
 
         return type_of(x) is not None
 

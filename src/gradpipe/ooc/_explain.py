@@ -6,10 +6,10 @@ import dataclasses
 
 import jax
 
-from . import _stages
-from ._budget import format_bytes
-from ._chain import describe, is_chain
-from ._iostats import IOStats
+from .planning import _stages
+from .planning._budget import format_bytes
+from .planning._chain import describe, is_chain
+from .storage._iostats import IOStats
 
 __all__ = ["Plan", "explain"]
 

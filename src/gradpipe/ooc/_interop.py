@@ -14,12 +14,12 @@ import os
 
 import numpy as np
 
-from ._array import DiskArray, _new_file, _row_chunks
-from ._budget import MemoryBudget, format_bytes, get_budget
-from ._chain import is_chain
-from ._debris import sweep_partials
-from ._storage import fsync_dir, partial_name
-from ._zarr_file import ZarrFile, resolve_store, zarr_file, zarr_module
+from .arrays._array import DiskArray, _new_file, _row_chunks
+from .planning._budget import MemoryBudget, format_bytes, get_budget
+from .planning._chain import is_chain
+from .storage._debris import sweep_partials
+from .storage._paged_file import fsync_dir, partial_name
+from .storage._zarr_file import ZarrFile, resolve_store, zarr_file, zarr_module
 
 __all__ = ["from_zarr", "to_memmap", "to_zarr"]
 

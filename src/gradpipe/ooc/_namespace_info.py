@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ._constants import DTYPES
-from ._data_types import isdtype
-from ._device import DISK, check_device
-from ._x64 import default_dtypes
+from .arrays._device import DISK, check_device
+from .kernels._data_types import isdtype
+from .kernels._x64 import default_dtypes
+from .storage._constants import DTYPES
 
 __all__ = ["NamespaceInfo", "__array_namespace_info__"]
 

@@ -7,10 +7,10 @@ gives a contiguous HDF5 dataset the default page shape of the budget.
 
 from __future__ import annotations
 
-from ._array import DiskArray
-from ._budget import default_page_shape, get_budget
-from ._hdf5_file import hdf5_file
-from ._zarr_file import zarr_file
+from .arrays._array import DiskArray
+from .planning._budget import default_page_shape, get_budget
+from .storage._hdf5_file import hdf5_file
+from .storage._zarr_file import zarr_file
 
 __all__ = ["open_hdf5", "open_zarr"]
 

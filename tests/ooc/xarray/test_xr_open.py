@@ -8,8 +8,8 @@ from s3_server import s3_bucket
 from xrfiles import T_CHUNKS, open_gradpipe, xr
 
 from gradpipe import ooc
-from gradpipe.ooc._hdf5_file import HDF5File
-from gradpipe.ooc._zarr_file import ZarrFile
+from gradpipe.ooc.storage._hdf5_file import HDF5File
+from gradpipe.ooc.storage._zarr_file import ZarrFile
 
 IN_PLACE = {"netcdf4-h5netcdf": HDF5File, "zarr-v2": ZarrFile, "zarr-v3": ZarrFile}
 

@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from .._budget import plan_tiles
-from .._op import CustomOp, frozen
-from .._promotion import to_primal_dtype
+from ..arrays._op import CustomOp, frozen
+from ..kernels._promotion import to_primal_dtype
+from ..planning._budget import plan_tiles
 from ._reshape import row_tile, tile_regions
 
 __all__ = ["AxisGather", "Cyclic", "Repeated", "RepeatedBy", "Same", "Shifted"]

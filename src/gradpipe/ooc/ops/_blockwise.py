@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._chain import Unread
-from .._kernel import (
+from ..arrays._op import BlockParallelOp, apply, frozen
+from ..kernels._kernel import (
     check_vjp,
     kernel_dtype,
     run_forward,
@@ -24,9 +24,9 @@ from .._kernel import (
     vjp_reads,
     vjp_zeros,
 )
-from .._op import BlockParallelOp, apply, frozen
-from .._promotion import is_differentiable, to_primal_dtype
-from .._resident import is_resident
+from ..kernels._promotion import is_differentiable, to_primal_dtype
+from ..planning._chain import Unread
+from ..planning._resident import is_resident
 
 __all__ = ["Blockwise", "blockwise"]
 
@@ -166,7 +166,7 @@ def blockwise(kernel: Callable, label: str, *operands, budget=None, **params):
     """Apply ``kernel`` blockwise to ``operands``: DiskArrays (traced or not), 0-d
     JAX values or Python numbers. With no `DiskArray` among them the kernel runs in
     memory on ``jax.numpy`` (a 0-d result is a JAX array, as every 0-d result is)."""
-    from .._hijax import type_of
+    from ..arrays._hijax import type_of
 
     frozen_params = tuple(sorted(params.items()))
     if all(type_of(a) is None for a in operands):

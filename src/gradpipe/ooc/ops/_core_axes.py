@@ -21,12 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._budget import plan_tiles
-from .._hijax import DiskArrayType, scalar_type, type_of
-from .._kernel import _vjp_program, run_forward, run_in_jax, run_vjp
-from .._numpy_eval import unsupported
-from .._op import CustomOp, apply, frozen
-from .._promotion import is_differentiable, to_primal_dtype
+from ..arrays._hijax import DiskArrayType, scalar_type, type_of
+from ..arrays._op import CustomOp, apply, frozen
+from ..kernels._kernel import _vjp_program, run_forward, run_in_jax, run_vjp
+from ..kernels._numpy_eval import unsupported
+from ..kernels._promotion import is_differentiable, to_primal_dtype
+from ..planning._budget import plan_tiles
 from ._reshape import tile_regions
 
 __all__ = ["CoreAxes", "core_axes"]

@@ -17,10 +17,10 @@ import operator
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import DiskArray
-from .._device import check_device
-from .._hijax import type_of
-from .._x64 import default_dtypes, jax_value_dtype, number_dtype
+from ..arrays._array import DiskArray
+from ..arrays._device import check_device
+from ..arrays._hijax import type_of
+from ..kernels._x64 import default_dtypes, jax_value_dtype, number_dtype
 
 __all__ = [
     "arange",

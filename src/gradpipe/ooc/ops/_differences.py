@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._hijax import type_of
+from ..arrays._hijax import type_of
 
 __all__ = ["diff"]
 

@@ -17,8 +17,8 @@ import string
 import jax.numpy as jnp
 import numpy as np
 
-from .._hijax import type_of
-from .._promotion import canonical_dtype
+from ..arrays._hijax import type_of
+from ..kernels._promotion import canonical_dtype
 from ._elementwise import astype, multiply
 from ._linalg import tensordot
 from ._manipulation import expand_dims, permute_dims

@@ -18,8 +18,8 @@ import warnings
 
 import numpy as np
 
-from .._header import check_layout
-from .._hijax import type_of
+from ..arrays._hijax import type_of
+from ..storage._header import check_layout
 from ._blockwise import blockwise
 
 __all__ = ["astype", "clip", "power", "relu", "sigmoid", "where"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._x64 import default_dtypes
+from ..kernels._x64 import default_dtypes
 from ._core_axes import core_axes
 from ._creation import arange
 from ._elementwise import astype, divide, subtract, where

@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import DiskArray
-from .._budget import plan_tiles
-from .._hijax import type_of
-from .._op import CustomOp, apply, frozen
-from .._picked_rows import PickedRows, row_bytes, run_bytes, worth_reading_through
-from .._tile_reads import regions
+from ..arrays._array import DiskArray
+from ..arrays._hijax import type_of
+from ..arrays._op import CustomOp, apply, frozen
+from ..planning._budget import plan_tiles
+from ..planning._tile_reads import regions
+from ..storage._picked_rows import PickedRows, row_bytes, run_bytes, worth_reading_through
 
 __all__ = ["take", "take_along_axis"]
 

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import DiskArray, _is_concrete
-from .._hijax import type_of
-from .._op import BlockParallelOp, apply, frozen
+from ..arrays._array import DiskArray, _is_concrete
+from ..arrays._hijax import type_of
+from ..arrays._op import BlockParallelOp, apply, frozen
 from ._indexing import Gather, check_bounds, is_sparse
 
 __all__ = ["GetItem", "Transpose", "getitem", "slice_rows", "slice_tile", "transpose"]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from .._hijax import type_of
-from .._op import apply
+from ..arrays._hijax import type_of
+from ..arrays._op import apply
 from ._layout import Transpose
 from ._matmul import Contraction, _shape_dtype
 

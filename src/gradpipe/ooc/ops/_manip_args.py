@@ -12,9 +12,9 @@ import operator
 import jax.numpy as jnp
 import numpy as np
 
-from .._array import DiskArray, _is_concrete
-from .._hijax import type_of
-from .._promotion import canonical_dtype
+from ..arrays._array import DiskArray, _is_concrete
+from ..arrays._hijax import type_of
+from ..kernels._promotion import canonical_dtype
 
 __all__ = [
     "array_list",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._op import BlockParallelOp, frozen
-from .._promotion import to_primal_dtype
+from ..arrays._op import BlockParallelOp, frozen
+from ..kernels._promotion import to_primal_dtype
 from ._blockwise import broadcast_region
 
 __all__ = ["BroadcastTo", "Flip", "UnitAxes"]

@@ -19,9 +19,9 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from .._budget import get_budget
-from .._hijax import bind, type_of
-from .._op import apply
+from ..arrays._hijax import bind, type_of
+from ..arrays._op import apply
+from ..planning._budget import get_budget
 from ._axis_gather import AxisGather, Cyclic, Repeated, RepeatedBy, Same, Shifted
 from ._concat import Concat, Stack
 from ._layout import getitem, transpose

@@ -24,11 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.linalg import blas
 
-from .._budget import MemoryBudget
-from .._driver import Driver
-from .._hijax import type_of
-from .._op import BlockParallelOp, apply, frozen
-from .._promotion import is_differentiable, to_primal_dtype
+from ..arrays._hijax import type_of
+from ..arrays._op import BlockParallelOp, apply, frozen
+from ..execution._driver import Driver
+from ..kernels._promotion import is_differentiable, to_primal_dtype
+from ..planning._budget import MemoryBudget
 
 __all__ = ["Contraction", "MatMul", "matmul"]
 
@@ -340,7 +340,7 @@ def _like(operand, grad, budget):
     t = type_of(operand)
     if t is None:
         return grad
-    from .._hijax import DiskArrayType
+    from ..arrays._hijax import DiskArrayType
     from ._elementwise import add
 
     return add(DiskArrayType(t.shape, t.dtype).vspace_zero(), grad, budget=budget)

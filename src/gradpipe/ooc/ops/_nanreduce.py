@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._hijax import type_of
+from ..arrays._hijax import type_of
 from ._blockwise import blockwise
 from ._elementwise import astype, divide, imag, isnan, real, sqrt, where
 from ._persist import persist

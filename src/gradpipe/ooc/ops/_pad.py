@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .._hijax import type_of
+from ..arrays._hijax import type_of
 from ._creation import full
 from ._manipulation import concat
 

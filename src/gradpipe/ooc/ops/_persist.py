@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .._chain import is_chain
-from .._op import CustomOp, apply, frozen
+from ..arrays._op import CustomOp, apply, frozen
+from ..planning._chain import is_chain
 
 __all__ = ["persist"]
 

@@ -16,11 +16,11 @@ import builtins
 import jax.numpy as jnp
 import numpy as np
 
-from .._handles import ConstantFile
-from .._hijax import type_of
-from .._op import BlockParallelOp, apply, frozen
-from .._promotion import canonical_dtype, is_differentiable, to_primal_dtype
-from .._x64 import accumulation_dtype
+from ..arrays._handles import ConstantFile
+from ..arrays._hijax import type_of
+from ..arrays._op import BlockParallelOp, apply, frozen
+from ..kernels._promotion import canonical_dtype, is_differentiable, to_primal_dtype
+from ..kernels._x64 import accumulation_dtype
 
 __all__ = ["Logical", "Max", "Mean", "Min", "Sum", "all", "any", "max", "mean", "min", "sum"]
 

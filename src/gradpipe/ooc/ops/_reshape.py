@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from .._op import CustomOp, frozen
-from .._promotion import to_primal_dtype
-from .._storage import PagedFile
+from ..arrays._op import CustomOp, frozen
+from ..kernels._promotion import to_primal_dtype
+from ..storage._paged_file import PagedFile
 
 __all__ = ["FlatCopy", "flat_boxes", "tile_regions"]
 

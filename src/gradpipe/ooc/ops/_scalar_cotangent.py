@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._hijax import DiskArrayType
-from .._op import CustomOp, apply, frozen
+from ..arrays._hijax import DiskArrayType
+from ..arrays._op import CustomOp, apply, frozen
 
 __all__ = ["add_scalar_cotangents"]
 

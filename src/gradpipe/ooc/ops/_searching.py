@@ -16,10 +16,10 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from .._budget import plan_tiles
-from .._hijax import type_of
-from .._op import BlockParallelOp, CustomOp, apply, frozen
-from .._x64 import index_dtype
+from ..arrays._hijax import type_of
+from ..arrays._op import BlockParallelOp, CustomOp, apply, frozen
+from ..kernels._x64 import index_dtype
+from ..planning._budget import plan_tiles
 from ._reduce import Reduction, normalize_axes, reduce
 
 __all__ = ["argmax", "argmin", "count_nonzero", "searchsorted"]

@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from .._budget import plan_tiles
-from .._hijax import type_of
-from .._op import CustomOp, apply, frozen
-from .._promotion import to_primal_dtype
-from .._x64 import index_dtype
+from ..arrays._hijax import type_of
+from ..arrays._op import CustomOp, apply, frozen
+from ..kernels._promotion import to_primal_dtype
+from ..kernels._x64 import index_dtype
+from ..planning._budget import plan_tiles
 from ._reshape import tile_regions
 
 __all__ = ["argsort", "sort"]

@@ -18,12 +18,12 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from .._budget import plan_tiles
-from .._hijax import type_of
-from .._kernel import run_forward, run_vjp
-from .._op import CustomOp, apply, frozen
-from .._promotion import canonical_dtype, is_differentiable, to_primal_dtype
-from .._x64 import jax_value_dtype
+from ..arrays._hijax import type_of
+from ..arrays._op import CustomOp, apply, frozen
+from ..kernels._kernel import run_forward, run_vjp
+from ..kernels._promotion import canonical_dtype, is_differentiable, to_primal_dtype
+from ..kernels._x64 import jax_value_dtype
+from ..planning._budget import plan_tiles
 from ._blockwise import blockwise
 from ._reduce import (
     Accumulation,

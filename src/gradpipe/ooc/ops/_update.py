@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._chain import is_chain, settle_readers
-from .._hijax import type_of
-from .._op import CustomOp, apply, frozen
-from .._promotion import operand_dtypes
+from ..arrays._hijax import type_of
+from ..arrays._op import CustomOp, apply, frozen
+from ..kernels._promotion import operand_dtypes
+from ..planning._chain import is_chain, settle_readers
 
 __all__ = ["update_"]
 

@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from .._array import DiskArray, _is_concrete, _new_file
-from .._budget import get_budget
+from ..arrays._array import DiskArray, _is_concrete, _new_file
+from ..planning._budget import get_budget
 from ._load import check_fits
 
 __all__ = ["apply_in_blocks", "in_memory"]

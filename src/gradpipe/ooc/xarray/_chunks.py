@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._budget import default_page_shape, get_budget
+from ..planning._budget import default_page_shape, get_budget
 
 __all__ = ["normalize_chunks", "page_shape"]
 

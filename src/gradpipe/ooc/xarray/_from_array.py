@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from .._array import DiskArray
+from ..arrays._array import DiskArray
 from ._chunks import normalize_chunks, page_shape
 from ._load import check_fits
 

@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from .._array import DiskArray
-from .._budget import format_bytes, get_budget
+from ..arrays._array import DiskArray
+from ..planning._budget import format_bytes, get_budget
 
 __all__ = ["check_fits", "load"]
 

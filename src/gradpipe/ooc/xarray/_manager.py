@@ -15,7 +15,7 @@ from typing import Any
 
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
-from .._array import DiskArray
+from ..arrays._array import DiskArray
 from . import _blocks, _chunks, _from_array, _load, _store
 
 __all__ = ["GradpipeChunkManager"]
@@ -71,7 +71,7 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
 
     def get_auto_chunk_size(self) -> int:
         """The bytes of a default page: a sixteenth of the budget, at most 16 MiB."""
-        from .._budget import get_budget
+        from ..planning._budget import get_budget
 
         return max(4096, min(get_budget().nbytes // 16, 16 * 2**20))
 

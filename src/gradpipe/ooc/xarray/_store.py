@@ -16,10 +16,10 @@ import contextlib
 
 import numpy as np
 
-from .._array import DiskArray
-from .._budget import get_budget
-from .._chain import is_chain
 from .._interop import _read_bytes, _regions, _tile_for
+from ..arrays._array import DiskArray
+from ..planning._budget import get_budget
+from ..planning._chain import is_chain
 
 __all__ = ["store"]
 

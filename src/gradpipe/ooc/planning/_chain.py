@@ -29,7 +29,7 @@ import weakref
 
 import numpy as np
 
-from ._picked_rows import PickedRows
+from ..storage._picked_rows import PickedRows
 
 __all__ = ["ChainFile", "MAX_DEPTH", "Unread", "describe", "is_chain", "settle_readers", "unstored"]
 
@@ -290,7 +290,7 @@ class ChainFile:
         """Write the chain to a scratch file now; later reads come from there."""
         if self.stored is not None:
             return self
-        from ._driver import Store  # the driver imports this module
+        from ..execution._driver import Store  # the driver imports this module
 
         f = driver.forward(Store(), [self])
         self.adopt(f)

@@ -30,9 +30,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ._iostats import add_io, io_stats
-from ._scratch import get_scratch_dir
-from ._storage import PagedFile
+from ..storage._iostats import add_io, io_stats
+from ..storage._paged_file import PagedFile
+from ..storage._scratch import get_scratch_dir
 
 __all__ = ["DaskExecutor", "current_executor", "executor"]
 
@@ -143,9 +143,9 @@ def _loads(data: bytes):
 def _forward_task(payload: bytes, out_regions, first_red: int, end_red, partial: bool):
     """One task of a forward pass: its output tiles, written into the output file
     (or its partial accumulator, returned); with the worker's I/O counts."""
-    from ._budget import MemoryBudget
+    from ..planning._budget import MemoryBudget
+    from ..planning._tile_reads import steps
     from ._driver import Driver
-    from ._tile_reads import steps
 
     op, inputs, out, dtype, shapes, red_shape, red_tile, budget, name = _loads(payload)
     before = io_stats()
@@ -162,9 +162,9 @@ def _backward_task(payload: bytes, out_regions):
     """One task of a backward pass: gradients of regions no other task touches are
     written; the others, and gradients held in memory (0-d, or of resident
     operands: this task's sum), are returned."""
-    from ._budget import MemoryBudget
+    from ..planning._budget import MemoryBudget
+    from ..planning._tile_reads import steps
     from ._driver import Driver
-    from ._tile_reads import steps
 
     op, inputs, extra, grads, shapes, red_shape, red_tile, budget, name, shared = _loads(payload)
     before = io_stats()
@@ -273,7 +273,7 @@ class DaskExecutor:
 
     def forward(self, driver, op, inputs, plan, dtype, out):
         """Run a forward pass; returns its 0-d result (``out`` None) or None."""
-        from ._tile_reads import regions, tile_count
+        from ..planning._tile_reads import regions, tile_count
 
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
@@ -311,7 +311,7 @@ class DaskExecutor:
 
     def backward(self, driver, op, inputs, extra, plan, grads):
         """Run a backward pass into ``grads``; returns the gradients."""
-        from ._tile_reads import regions, steps
+        from ..planning._tile_reads import regions, steps
 
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan

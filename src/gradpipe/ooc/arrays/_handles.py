@@ -22,8 +22,8 @@ import weakref
 
 import numpy as np
 
-from ._budget import default_page_shape, get_budget
-from ._storage import PagedFile
+from ..planning._budget import default_page_shape, get_budget
+from ..storage._paged_file import PagedFile
 
 __all__ = ["ZERO_HANDLE", "ConstantFile", "ZeroFile", "claim", "lookup", "register", "sweep"]
 

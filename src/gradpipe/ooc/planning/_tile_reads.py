@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from ..storage._file_map import is_view, populate, release
+from ..storage._paged_file import PagedFile, Region
 from ._chain import is_chain
-from ._file_map import is_view, populate, release
-from ._storage import PagedFile, Region
 
 __all__ = ["ahead_for", "plan_steps", "prefetched", "regions", "steps", "take", "tile_count"]
 

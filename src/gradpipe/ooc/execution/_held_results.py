@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from ._budget import MemoryBudget
+from ..planning._budget import MemoryBudget
 
 __all__ = ["SMALL_SHARE", "TOTAL_SHARE", "held_bytes", "hold_in_memory", "track"]
 

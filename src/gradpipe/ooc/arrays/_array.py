@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from ..execution._driver import Driver, Store
+from ..execution._executor import current_executor
+from ..planning._budget import MemoryBudget, default_page_shape, format_bytes, get_budget
+from ..storage._paged_file import PagedFile
 from . import _handles
-from ._budget import MemoryBudget, default_page_shape, format_bytes, get_budget
-from ._driver import Driver, Store
-from ._executor import current_executor
-from ._storage import PagedFile
 
 __all__ = ["DiskArray"]
 
@@ -33,7 +33,7 @@ def _forward(name: str, *, reflected: bool = False):
     """A method that calls ``gradpipe.ooc.ops.<name>`` (operands swapped if ``reflected``)."""
 
     def method(self, *args, **kwargs):
-        from . import ops
+        from .. import ops
 
         if name not in _NOT_BINARY and args and not _is_operand(args[0]):
             return NotImplemented
@@ -83,7 +83,7 @@ def _reduction(name: str):
     """``x.sum(...)`` & co., with the arguments `np.sum(x)` & co. pass (``dtype``, ``out``)."""
 
     def method(self, axis=None, dtype=None, out=None, keepdims=False, *, budget=None, **other):
-        from . import ops
+        from .. import ops
 
         if out is not None or other:
             given = ["out"] * (out is not None) + sorted(other)
@@ -429,7 +429,7 @@ class DiskArray:
         A ufunc with no out-of-core twin, a method such as ``np.add.reduce``, or an
         ``out=`` argument is refused with a `TypeError` rather than loading the array.
         """
-        from . import ops
+        from .. import ops
 
         if ufunc is np.divmod and method == "__call__" and not kwargs:  # `divmod(np_scalar, x)`
             return ops.floor_divide(*inputs), ops.remainder(*inputs)
@@ -528,7 +528,7 @@ class DiskArray:
     def argsort(self, axis=-1, kind=None, order=None, *, stable=None, budget=None) -> DiskArray:
         """NumPy's ``a.argsort()``: see `gradpipe.ooc.argsort` (``kind="stable"``
         or ``stable=True`` for a stable order; ``order`` is for structured arrays)."""
-        from . import ops
+        from .. import ops
 
         if order is not None:
             raise TypeError("DiskArray.argsort(): order= is for structured arrays.")
@@ -537,7 +537,7 @@ class DiskArray:
 
     def searchsorted(self, v, side="left", sorter=None, *, budget=None):
         """NumPy's ``a.searchsorted(v)``: see `gradpipe.ooc.searchsorted`."""
-        from . import ops
+        from .. import ops
 
         return ops.searchsorted(self, v, side=side, sorter=sorter, budget=budget)
 

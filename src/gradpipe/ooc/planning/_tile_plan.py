@@ -14,12 +14,12 @@ import math
 
 import numpy as np
 
+from ..storage._paged_file import Region
 from . import _stages, _tile_reads
 from ._budget import plan_tiles
 from ._chain import is_chain
 from ._grain import loop_grain
 from ._resident import is_resident
-from ._storage import Region
 from ._tile_reads import ahead_for
 
 __all__ = ["first_tile", "passes", "stage_of", "tile_plan"]

@@ -14,9 +14,9 @@ import threading
 
 import numpy as np
 
+from ..storage._file_map import is_view, release
+from ..storage._paged_file import PagedFile
 from ._chain import ChainFile, Region, region_key
-from ._file_map import is_view, release
-from ._storage import PagedFile
 
 __all__ = ["Evaluation", "current_region", "pieces_of"]
 

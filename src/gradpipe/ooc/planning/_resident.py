@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..kernels._promotion import canonical_dtype, is_differentiable
 from ._budget import MemoryBudget, format_bytes
-from ._promotion import canonical_dtype, is_differentiable
 
 __all__ = [
     "RESIDENT_SHARE",
@@ -126,7 +126,7 @@ def resident_operand(x, dtype, budget: MemoryBudget, what: str):
     nbytes = _nbytes(shape, held)
     limit = int(budget.nbytes * RESIDENT_SHARE)
     if not traced and (held != np.dtype(dtype) or nbytes > limit):
-        from ._array import DiskArray
+        from ..arrays._array import DiskArray
 
         return DiskArray.from_numpy(np.asarray(x, dtype))
     if nbytes > limit:

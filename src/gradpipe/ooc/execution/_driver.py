@@ -17,17 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from . import _stages
-from ._allocator import use_mmap_for_tiles
-from ._budget import MemoryBudget, default_page_shape
-from ._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor, too_deep
+from ..planning import _stages
+from ..planning._budget import MemoryBudget, default_page_shape
+from ..planning._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor, too_deep
+from ..planning._resident import InMemoryResult, is_resident
+from ..planning._tile_plan import first_tile, passes, stage_of, tile_plan
+from ..planning._tile_reads import plan_steps, prefetched, take, tile_count
+from ..storage._allocator import use_mmap_for_tiles
+from ..storage._paged_file import PagedFile, Region
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
 from ._pending import settle
-from ._resident import InMemoryResult, is_resident
-from ._storage import PagedFile, Region
-from ._tile_plan import first_tile, passes, stage_of, tile_plan
-from ._tile_reads import plan_steps, prefetched, take, tile_count
 
 __all__ = ["Driver", "Store", "set_progress"]
 

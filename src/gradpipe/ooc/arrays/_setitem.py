@@ -21,10 +21,10 @@ import operator
 import jax
 import numpy as np
 
-from ._budget import get_budget
-from ._chain import is_chain, settle_readers
-from ._driver import Driver
-from ._storage import PagedFile
+from ..execution._driver import Driver
+from ..planning._budget import get_budget
+from ..planning._chain import is_chain, settle_readers
+from ..storage._paged_file import PagedFile
 
 __all__ = ["refuse_traced", "set_item"]
 
@@ -82,9 +82,9 @@ def _value_block(value, vshape, sel_shape, j0, j1, whole=False):
 
 def set_item(x, key, value) -> None:
     """Write ``value`` into the elements of ``x`` that ``key`` selects (see the module)."""
+    from ..kernels._promotion import operand_dtypes
+    from ..ops._update import update_
     from ._hijax import type_of
-    from ._promotion import operand_dtypes
-    from .ops._update import update_
 
     if not isinstance(x._handle, (int, np.integer)):
         refuse_traced()
@@ -157,8 +157,8 @@ def _write_through_mask(x, mask, value, type_of, operand_dtypes) -> None:
     """``x[mask] = value`` for a scalar ``value``: ``where(mask, value, x)`` written
     back into ``x`` (an array value would need as many elements as the mask selects,
     which depends on the data)."""
-    from .ops._elementwise import where
-    from .ops._update import update_
+    from ..ops._elementwise import where
+    from ..ops._update import update_
 
     if type_of(value) is not None or np.ndim(value):
         raise ValueError(

@@ -18,10 +18,10 @@ import numpy as np
 from jax._src import core as _core
 from jax.experimental import io_callback
 
+from ..planning._resident import ResidentFile, to_memory
+from ..storage._paged_file import PagedFile
 from . import _handles
 from ._array import DiskArray, _is_concrete
-from ._resident import ResidentFile, to_memory
-from ._storage import PagedFile
 
 __all__ = ["run_on_host"]
 

@@ -47,7 +47,7 @@ def is_pending(f) -> bool:
 
 def settle(values) -> None:
     """Compute the pending results that ``values`` (files, chains over them) read."""
-    from ._chain import leaves
+    from ..planning._chain import leaves
 
     for v in values:
         if isinstance(v, np.ndarray) or not hasattr(v, "shape"):
@@ -164,7 +164,7 @@ def _can_join(a: PendingResult, b: PendingResult) -> bool:
         return False
     if tuple(src_a.shape) != tuple(src_b.shape) or _float_of([a, b]) is None:
         return False
-    from ._chain import leaves
+    from ..planning._chain import leaves
 
     mine = {id(f) for f in leaves(src_a) if getattr(f, "on_disk", True)}
     return any(id(f) in mine for f in leaves(src_b))
@@ -197,11 +197,11 @@ def _run_together(batch: list[PendingResult]) -> None:
     """One pass summing every source of ``batch``, each in its own slot of a new axis
     placed just before the summed ones (so each sum runs over contiguous values);
     each pending result adopts its slot, in its own dtype."""
-    from ._chain import ChainFile, _Node
-    from ._chain_read import current_region
+    from ..planning._chain import ChainFile, _Node
+    from ..planning._chain_read import current_region
+    from ..storage._paged_file import PagedFile
     from ._driver import Driver
     from ._held_results import track
-    from ._storage import PagedFile
 
     f = _float_of(batch)
     op, first, budget = batch[0].joint
@@ -247,8 +247,8 @@ def deferred(op, budget, values, out_type, run) -> PendingResult | None:
     None to compute it now: a small (held) output of a sum (``op.joins_passes``) or
     of a pass over a pending result; never on a cluster (its workers compute what
     they are sent), for a 0-d or in-memory result, or for a block map (a chain)."""
-    from ._budget import default_page_shape
-    from ._chain import leaves, watch
+    from ..planning._budget import default_page_shape
+    from ..planning._chain import leaves, watch
     from ._executor import current_executor
     from ._held_results import SMALL_SHARE
 

@@ -33,6 +33,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import hijax as _hx
 
+from ..execution._driver import Driver
+from ..execution._pending import deferred, settle
+from ..kernels._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
+from ..kernels._x64 import jax_value_dtype
+from ..planning._budget import MemoryBudget
+from ..planning._chain import is_chain
+from ..planning._resident import check_fits, resident_operand, tile_budget
 from . import _handles, _refusals
 from ._array import (
     DiskArray,
@@ -42,15 +49,8 @@ from ._array import (
     _traced_bool,
     _traced_len,
 )
-from ._budget import MemoryBudget
-from ._chain import is_chain
-from ._driver import Driver
 from ._host import run_on_host
-from ._pending import deferred, settle
-from ._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
-from ._resident import check_fits, resident_operand, tile_budget
 from ._setitem import refuse_traced
-from ._x64 import jax_value_dtype
 
 __all__ = [
     "DiskArrayType",
@@ -77,7 +77,7 @@ def _traced(name: str, *, reflected: bool = False):
     """An aval operator method: ``aval._add(tracer, other)`` calls ``ops.add``."""
 
     def method(self, x, *args):
-        from . import ops
+        from .. import ops
 
         op = getattr(ops, name)
         return op(args[0], x) if reflected else op(x, *args)
@@ -166,10 +166,10 @@ class DiskArrayType(_hx.HiType):
             if h is not None and _is_concrete(h) and int(h) == _handles.ZERO_HANDLE:
                 return b
         if not self.shape:  # `add` would give a JAX value, not this type
-            from .ops._scalar_cotangent import add_scalar_cotangents
+            from ..ops._scalar_cotangent import add_scalar_cotangents
 
             return add_scalar_cotangents(x, y)
-        from .ops import add
+        from ..ops import add
 
         return add(x, y)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._budget import MemoryBudget, get_budget
+from ..planning._budget import MemoryBudget, get_budget
 from ._hijax import DiskArrayType, ShapedArray, bind, type_of
 
 __all__ = ["BlockParallelOp", "CustomOp", "make_op"]

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from ._iostats import IOStats, io_stats
+from ..storage._iostats import IOStats, io_stats
 from ._resident import is_resident
 
 __all__ = ["Stage", "recording", "stage"]
