@@ -21,10 +21,10 @@ FAMILIES = [
     (
         "Data types and constants",
         "NumPy's dtype objects and Python floats, as the standard names them.",
-        ("_constants",),
+        ("storage._constants",),
     ),
-    ("Data type functions", "", ("_data_types",)),
-    ("Namespace inspection", "", ("_namespace_info", "_device")),
+    ("Data type functions", "", ("kernels._data_types",)),
+    ("Namespace inspection", "", ("_namespace_info", "arrays._device")),
     ("Creation functions", "", ("ops._creation",)),
     (
         "Elementwise functions",
@@ -45,7 +45,7 @@ FAMILIES = [
     ("Searching functions", "", ("ops._searching",)),
     ("Sorting functions", "", ("ops._sorting",)),
     ("Manipulation functions", "", ("ops._manipulation", "ops._pad")),
-    ("Indexing", "", ("ops._layout", "ops._indexing")),
+    ("Indexing", "", ("ops._layout", "ops._take")),
     ("Linear algebra", "", ("ops._matmul", "ops._linalg", "ops._einsum")),
     (
         "Writing",
@@ -55,7 +55,7 @@ FAMILIES = [
     (
         "Arrays where they lie",
         "zarr arrays (any fsspec store) and HDF5 datasets computed on in place, with no copy.",
-        ("_zarr_file", "_hdf5_file", "_open_in_place"),
+        ("storage._zarr_file", "storage._hdf5_file", "_open_in_place"),
     ),
     (
         "Extensions",

@@ -24,6 +24,9 @@ except ImportError as _error:
         f"pip install 'gradpipe[ooc]'."
     ) from _error
 
+import sys as _sys
+
+from . import ops
 from ._equinox import install as _install_equinox_filters
 from ._explain import Plan, explain
 from ._interop import from_zarr, to_memmap, to_zarr
@@ -32,6 +35,8 @@ from ._open_in_place import open_hdf5, open_zarr
 from .arrays._array import DiskArray
 from .arrays._device import Device
 from .arrays._jax_hooks import install as _install_jax_hooks
+from .arrays._namespace import Namespace as _Namespace
+from .arrays._namespace import bind as _bind_namespace
 from .arrays._op import BlockParallelOp, CustomOp, make_op
 from .execution._driver import Driver, set_progress
 from .execution._executor import DaskExecutor, executor
@@ -39,6 +44,8 @@ from .kernels._data_types import can_cast, finfo, iinfo, isdtype, result_type
 from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
 from .ops._einsum import register_with_opt_einsum as _register_with_opt_einsum
+from .ops._scalar_cotangent import add_scalar_cotangents as _add_scalar_cotangents
+from .ops._setitem import set_item as _set_item
 from .planning._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from .planning._stages import Stage
 from .storage._constants import (
@@ -65,6 +72,16 @@ from .storage._iostats import IOStats, io_stats, reset_io_stats
 from .storage._paged_file import FORMAT_VERSION
 from .storage._scratch import get_scratch_dir, set_scratch_dir
 
+# DiskArray's operators and methods call the array API functions of this package,
+# which are built above it (see arrays/_namespace.py)
+_bind_namespace(
+    _Namespace(
+        package=_sys.modules[__name__],
+        ops=ops,
+        add_scalar_cotangents=_add_scalar_cotangents,
+        set_item=_set_item,
+    )
+)
 _install_equinox_filters()  # eqx.filter_grad & co. see DiskArrays as arrays
 _install_jax_hooks()  # JAX's operators and primitives take DiskArrays
 _register_with_opt_einsum()  # opt_einsum.contract (xarray's xr.dot) computes out of core

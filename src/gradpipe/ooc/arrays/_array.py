@@ -14,6 +14,7 @@ from ..execution._executor import current_executor
 from ..planning._budget import MemoryBudget, default_page_shape, format_bytes, get_budget
 from ..storage._paged_file import PagedFile
 from . import _handles
+from ._namespace import namespace
 
 __all__ = ["DiskArray"]
 
@@ -33,7 +34,7 @@ def _forward(name: str, *, reflected: bool = False):
     """A method that calls ``gradpipe.ooc.ops.<name>`` (operands swapped if ``reflected``)."""
 
     def method(self, *args, **kwargs):
-        from .. import ops
+        ops = namespace().ops
 
         if name not in _NOT_BINARY and args and not _is_operand(args[0]):
             return NotImplemented
@@ -83,7 +84,7 @@ def _reduction(name: str):
     """``x.sum(...)`` & co., with the arguments `np.sum(x)` & co. pass (``dtype``, ``out``)."""
 
     def method(self, axis=None, dtype=None, out=None, keepdims=False, *, budget=None, **other):
-        from .. import ops
+        ops = namespace().ops
 
         if out is not None or other:
             given = ["out"] * (out is not None) + sorted(other)
@@ -405,9 +406,7 @@ class DiskArray:
         """`gradpipe.ooc`, the array API namespace of DiskArrays."""
         if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
             raise ValueError(f"gradpipe.ooc implements array API 2024.12, not {api_version!r}.")
-        from gradpipe import ooc
-
-        return ooc
+        return namespace().package
 
     @property
     def device(self):
@@ -429,7 +428,7 @@ class DiskArray:
         A ufunc with no out-of-core twin, a method such as ``np.add.reduce``, or an
         ``out=`` argument is refused with a `TypeError` rather than loading the array.
         """
-        from .. import ops
+        ops = namespace().ops
 
         if ufunc is np.divmod and method == "__call__" and not kwargs:  # `divmod(np_scalar, x)`
             return ops.floor_divide(*inputs), ops.remainder(*inputs)
@@ -509,10 +508,8 @@ class DiskArray:
 
     def __setitem__(self, key, value) -> None:
         """Write ``value`` into the selected elements, in place (eagerly only; see
-        `gradpipe.ooc._setitem`). Under `jax.jit` it is refused: use `ooc.where`."""
-        from ._setitem import set_item
-
-        set_item(self, key, value)
+        `gradpipe.ooc.ops._setitem`). Under `jax.jit` it is refused: use `ooc.where`."""
+        namespace().set_item(self, key, value)
 
     T = property(_forward("transpose"))
     mT = property(_forward("matrix_transpose"))
@@ -528,7 +525,7 @@ class DiskArray:
     def argsort(self, axis=-1, kind=None, order=None, *, stable=None, budget=None) -> DiskArray:
         """NumPy's ``a.argsort()``: see `gradpipe.ooc.argsort` (``kind="stable"``
         or ``stable=True`` for a stable order; ``order`` is for structured arrays)."""
-        from .. import ops
+        ops = namespace().ops
 
         if order is not None:
             raise TypeError("DiskArray.argsort(): order= is for structured arrays.")
@@ -537,7 +534,7 @@ class DiskArray:
 
     def searchsorted(self, v, side="left", sorter=None, *, budget=None):
         """NumPy's ``a.searchsorted(v)``: see `gradpipe.ooc.searchsorted`."""
-        from .. import ops
+        ops = namespace().ops
 
         return ops.searchsorted(self, v, side=side, sorter=sorter, budget=budget)
 

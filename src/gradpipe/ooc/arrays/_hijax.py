@@ -34,11 +34,11 @@ import numpy as np
 from jax.experimental import hijax as _hx
 
 from ..execution._driver import Driver
-from ..execution._pending import deferred, settle
+from ..execution._pending import deferred
 from ..kernels._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
 from ..kernels._x64 import jax_value_dtype
 from ..planning._budget import MemoryBudget
-from ..planning._chain import is_chain
+from ..planning._chain import is_chain, settle
 from ..planning._resident import check_fits, resident_operand, tile_budget
 from . import _handles, _refusals
 from ._array import (
@@ -50,7 +50,7 @@ from ._array import (
     _traced_len,
 )
 from ._host import run_on_host
-from ._setitem import refuse_traced
+from ._namespace import namespace
 
 __all__ = [
     "DiskArrayType",
@@ -77,9 +77,7 @@ def _traced(name: str, *, reflected: bool = False):
     """An aval operator method: ``aval._add(tracer, other)`` calls ``ops.add``."""
 
     def method(self, x, *args):
-        from .. import ops
-
-        op = getattr(ops, name)
+        op = getattr(namespace().ops, name)
         return op(args[0], x) if reflected else op(x, *args)
 
     return method
@@ -166,12 +164,8 @@ class DiskArrayType(_hx.HiType):
             if h is not None and _is_concrete(h) and int(h) == _handles.ZERO_HANDLE:
                 return b
         if not self.shape:  # `add` would give a JAX value, not this type
-            from ..ops._scalar_cotangent import add_scalar_cotangents
-
-            return add_scalar_cotangents(x, y)
-        from ..ops import add
-
-        return add(x, y)
+            return namespace().add_scalar_cotangents(x, y)
+        return namespace().ops.add(x, y)
 
     # vmap / scan
     def dec_rank(self, size, spec):
@@ -235,7 +229,7 @@ class DiskArrayType(_hx.HiType):
     _gt = _traced("greater")
     _ge = _traced("greater_equal")
     _getitem = _traced("getitem")
-    _setitem = staticmethod(refuse_traced)
+    _setitem = staticmethod(_refusals.refuse_traced)
 
     # bool() and len() of a traced DiskArray: as for a concrete one
     _bool, _len = _traced_bool, _traced_len
@@ -292,7 +286,8 @@ def as_input(x, dtype, budget: MemoryBudget, what: str):
         )
     ndim = x.ndim if isinstance(x, jax.core.Tracer) else np.ndim(x)
     if ndim:
-        return resident_operand(x, dtype, budget, what)
+        held = resident_operand(x, dtype, budget, what)
+        return DiskArray.from_numpy(np.asarray(x, dtype)) if held is None else held
     return jnp.asarray(x, dtype=canonical_dtype(dtype))
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "refuse_jax_function",
     "refuse_mapping",
     "refuse_scan_over",
+    "refuse_traced",
     "refuse_sharding",
     "refuse_sharding_spec",
 ]
@@ -284,3 +285,12 @@ def refuse_int_grad_input(x) -> None:
                 )
             return
         frame = frame.f_back
+
+
+def refuse_traced(*_) -> None:
+    """Refuse ``x[key] = value`` on a traced DiskArray (its aval's ``_setitem`` too)."""
+    raise TypeError(
+        "x[...] = value writes into a DiskArray in place, which JAX cannot trace (inside "
+        "jax.jit/grad). Compute the new array instead: ooc.where(mask, value, x), or "
+        "write it outside the traced function with ooc.update_(x, new)."
+    )

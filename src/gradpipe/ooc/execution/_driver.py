@@ -19,7 +19,15 @@ import numpy as np
 
 from ..planning import _stages
 from ..planning._budget import MemoryBudget, default_page_shape
-from ..planning._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, read_factor, too_deep
+from ..planning._chain import (
+    MAX_DEPTH,
+    MAX_READ_FACTOR,
+    ChainFile,
+    is_chain,
+    read_factor,
+    settle,
+    too_deep,
+)
 from ..planning._resident import InMemoryResult, is_resident
 from ..planning._tile_plan import first_tile, passes, stage_of, tile_plan
 from ..planning._tile_reads import plan_steps, prefetched, take, tile_count
@@ -27,7 +35,6 @@ from ..storage._allocator import use_mmap_for_tiles
 from ..storage._paged_file import PagedFile, Region
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
-from ._pending import settle
 
 __all__ = ["Driver", "Store", "set_progress"]
 
@@ -238,6 +245,10 @@ class Driver:
         )
         self._cut(chains, sources)
         return chains
+
+    def store(self, chain) -> Value:
+        """``chain`` (a `ChainFile`) written to a scratch file: its stored copy."""
+        return self.forward(Store(), [chain])
 
     def forward(self, op, inputs: Sequence[Value]) -> Value:
         """Run ``op`` forward: a chain computed on read for a block map (`fuse`), else

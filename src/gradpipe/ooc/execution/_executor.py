@@ -30,6 +30,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..planning._budget import MemoryBudget
+from ..planning._tile_reads import regions, steps, tile_count
 from ..storage._iostats import add_io, io_stats
 from ..storage._paged_file import PagedFile
 from ..storage._scratch import get_scratch_dir
@@ -143,13 +145,10 @@ def _loads(data: bytes):
 def _forward_task(payload: bytes, out_regions, first_red: int, end_red, partial: bool):
     """One task of a forward pass: its output tiles, written into the output file
     (or its partial accumulator, returned); with the worker's I/O counts."""
-    from ..planning._budget import MemoryBudget
-    from ..planning._tile_reads import steps
-    from ._driver import Driver
 
-    op, inputs, out, dtype, shapes, red_shape, red_tile, budget, name = _loads(payload)
+    op, inputs, out, dtype, shapes, red_shape, red_tile, budget, name, driver_type = _loads(payload)
     before = io_stats()
-    driver = Driver(MemoryBudget(budget), name)
+    driver = driver_type(MemoryBudget(budget), name)
     step_iter = steps(op, shapes, out_regions, red_shape, red_tile, first_red, end_red)
     if partial:  # the caller adds the partial results and finishes them
         step_iter = ((o, f, False, r) for o, f, _, r in step_iter)
@@ -162,13 +161,12 @@ def _backward_task(payload: bytes, out_regions):
     """One task of a backward pass: gradients of regions no other task touches are
     written; the others, and gradients held in memory (0-d, or of resident
     operands: this task's sum), are returned."""
-    from ..planning._budget import MemoryBudget
-    from ..planning._tile_reads import steps
-    from ._driver import Driver
 
-    op, inputs, extra, grads, shapes, red_shape, red_tile, budget, name, shared = _loads(payload)
+    op, inputs, extra, grads, shapes, red_shape, red_tile, budget, name, shared, driver_type = (
+        _loads(payload)
+    )
     before = io_stats()
-    driver = Driver(MemoryBudget(budget), name)
+    driver = driver_type(MemoryBudget(budget), name)
     step_iter = steps(op, shapes, out_regions, red_shape, red_tile)
     kept = driver.backward_steps(op, inputs, extra, step_iter, grads, shared=shared)
     in_memory = [g if isinstance(g, np.ndarray) else None for g in grads]
@@ -273,7 +271,6 @@ class DaskExecutor:
 
     def forward(self, driver, op, inputs, plan, dtype, out):
         """Run a forward pass; returns its 0-d result (``out`` None) or None."""
-        from ..planning._tile_reads import regions, tile_count
 
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
@@ -290,7 +287,18 @@ class DaskExecutor:
         else:
             tasks = [(group, 0, None, False) for group in _split(outs, wanted)]
         payload = _dumps(
-            (op, inputs, out, dtype, shapes, red_shape, red_tile, driver.budget.nbytes, driver.name)
+            (
+                op,
+                inputs,
+                out,
+                dtype,
+                shapes,
+                red_shape,
+                red_tile,
+                driver.budget.nbytes,
+                driver.name,
+                type(driver),  # the worker runs its tiles with the caller's kind of driver
+            )
         )
         results = self._run(driver, _forward_task, payload, tasks, f"{op.name}-forward")
         if not split_red:
@@ -311,7 +319,6 @@ class DaskExecutor:
 
     def backward(self, driver, op, inputs, extra, plan, grads):
         """Run a backward pass into ``grads``; returns the gradients."""
-        from ..planning._tile_reads import regions, steps
 
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
@@ -340,6 +347,7 @@ class DaskExecutor:
                 driver.budget.nbytes,
                 driver.name,
                 shared,
+                type(driver),
             )
         )
         sums: list[dict] = [{} for _ in inputs]

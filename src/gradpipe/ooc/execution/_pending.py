@@ -12,7 +12,7 @@ data twice.
 A small result computed from a pending one is pending too (the product of the first
 sum with the weights, say), so that the pass waits until something outside reads a
 value: a `.compute()`, a larger pass, a 0-d result. Every pass resolves the pending
-results it reads before it starts (`settle`), so a pass never runs inside another.
+results it reads before it starts (`_chain.settle`), so a pass never runs inside another.
 
 Sums are joined only where one pass gives each at least what its own would: sums
 of float32 or float64 data into their own dtype and counts of booleans, summed
@@ -32,7 +32,15 @@ import weakref
 
 import numpy as np
 
-__all__ = ["PendingResult", "deferred", "is_pending", "settle"]
+from ..planning._budget import default_page_shape
+from ..planning._chain import ChainFile, _Node, leaves, settle, watch
+from ..planning._chain_read import current_region
+from ..storage._paged_file import PagedFile
+from ._driver import Driver
+from ._executor import current_executor
+from ._held_results import SMALL_SHARE, TOTAL_SHARE, track
+
+__all__ = ["PendingResult", "deferred", "is_pending"]
 
 _live: weakref.WeakSet = weakref.WeakSet()  # pending sums that others may join
 _lock = threading.RLock()
@@ -43,18 +51,6 @@ _EXACT_TERMS = {np.dtype(np.float32): 2**24, np.dtype(np.float64): 2**53}
 
 def is_pending(f) -> bool:
     return isinstance(f, PendingResult) and f._file is None
-
-
-def settle(values) -> None:
-    """Compute the pending results that ``values`` (files, chains over them) read."""
-    from ..planning._chain import leaves
-
-    for v in values:
-        if isinstance(v, np.ndarray) or not hasattr(v, "shape"):
-            continue
-        for leaf in leaves(v):
-            if isinstance(leaf, PendingResult):
-                leaf.resolve()
 
 
 class _Asked:
@@ -80,6 +76,7 @@ class PendingResult:
     attribute not asked of every file (`path`, `writable`, `write`, ...) is the
     computed file's, and computes it."""
 
+    waits_to_be_read = True  # `_chain.settle` resolves it before a pass reads it
     is_scratch = _Asked(True)
     on_disk = _Asked(True)
     handle = _Asked(None)
@@ -164,7 +161,6 @@ def _can_join(a: PendingResult, b: PendingResult) -> bool:
         return False
     if tuple(src_a.shape) != tuple(src_b.shape) or _float_of([a, b]) is None:
         return False
-    from ..planning._chain import leaves
 
     mine = {id(f) for f in leaves(src_a) if getattr(f, "on_disk", True)}
     return any(id(f) in mine for f in leaves(src_b))
@@ -187,7 +183,6 @@ def _joiners(p: PendingResult) -> list[PendingResult]:
             return []
     # the joined result is held whole: at most the share of the budget that all
     # results held in memory may take together
-    from ._held_results import TOTAL_SHARE
 
     room = int(p.joint[2].nbytes * TOTAL_SHARE) // (math.prod(p.shape) * f.itemsize)
     return joiners[: max(room - 1, 0)]
@@ -197,11 +192,6 @@ def _run_together(batch: list[PendingResult]) -> None:
     """One pass summing every source of ``batch``, each in its own slot of a new axis
     placed just before the summed ones (so each sum runs over contiguous values);
     each pending result adopts its slot, in its own dtype."""
-    from ..planning._chain import ChainFile, _Node
-    from ..planning._chain_read import current_region
-    from ..storage._paged_file import PagedFile
-    from ._driver import Driver
-    from ._held_results import track
 
     f = _float_of(batch)
     op, first, budget = batch[0].joint
@@ -247,10 +237,6 @@ def deferred(op, budget, values, out_type, run) -> PendingResult | None:
     None to compute it now: a small (held) output of a sum (``op.joins_passes``) or
     of a pass over a pending result; never on a cluster (its workers compute what
     they are sent), for a 0-d or in-memory result, or for a block map (a chain)."""
-    from ..planning._budget import default_page_shape
-    from ..planning._chain import leaves, watch
-    from ._executor import current_executor
-    from ._held_results import SMALL_SHARE
 
     shape = tuple(getattr(out_type, "shape", ()))
     if not shape or current_executor() is not None or not hasattr(op, "index_map"):

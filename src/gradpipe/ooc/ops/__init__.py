@@ -9,7 +9,6 @@ from . import (
     _differences,
     _einsum,
     _elementwise,
-    _indexing,
     _linalg,
     _manipulation,
     _nanreduce,
@@ -17,12 +16,12 @@ from . import (
     _searching,
     _sorting,
     _statistics,
+    _take,
 )
 from ._creation import *  # noqa: F403
 from ._differences import *  # noqa: F403
 from ._einsum import *  # noqa: F403
 from ._elementwise import *  # noqa: F403
-from ._indexing import *  # noqa: F403
 from ._layout import getitem, slice_rows, slice_tile, transpose
 from ._linalg import *  # noqa: F403
 from ._manipulation import *  # noqa: F403
@@ -33,6 +32,7 @@ from ._persist import persist
 from ._searching import *  # noqa: F403
 from ._sorting import *  # noqa: F403
 from ._statistics import *  # noqa: F403
+from ._take import *  # noqa: F403
 from ._update import update_
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     *_differences.__all__,
     *_einsum.__all__,
     *_elementwise.__all__,
-    *_indexing.__all__,
     *_linalg.__all__,
     *_manipulation.__all__,
     *_nanreduce.__all__,
@@ -48,6 +47,7 @@ __all__ = [
     *_searching.__all__,
     *_sorting.__all__,
     *_statistics.__all__,
+    *_take.__all__,
     "getitem",
     "matmul",
     "persist",

@@ -20,6 +20,7 @@ import numpy as np
 from ..arrays._hijax import type_of
 from ..kernels._promotion import canonical_dtype
 from ._elementwise import astype, multiply
+from ._layout import transpose
 from ._linalg import tensordot
 from ._manipulation import expand_dims, permute_dims
 from ._reduce import sum
@@ -27,15 +28,13 @@ from ._reduce import sum
 __all__ = ["einsum"]
 
 
-def _routed(name: str, in_memory):
-    """``in_memory`` (a ``jax.numpy`` function), or this namespace's ``name`` when a
-    DiskArray is among the arguments."""
+def _routed(name: str, in_memory, on_disk):
+    """``in_memory`` (a ``jax.numpy`` function), or ``on_disk`` (this namespace's
+    ``name``) when a DiskArray is among the arguments."""
 
     def fn(*args, **kwargs):
         if any(type_of(a) is not None for a in args):
-            from gradpipe import ooc
-
-            return getattr(ooc, name)(*args, **kwargs)
+            return on_disk(*args, **kwargs)
         return in_memory(*args, **kwargs)
 
     fn.__name__ = name
@@ -64,10 +63,10 @@ def register_with_opt_einsum() -> None:
     if not isinstance(aliases, dict) or not isinstance(cached, dict):
         return  # another opt_einsum: DiskArrays then go through xarray's namespace path
     aliases.setdefault("gradpipe", "gradpipe.ooc")
-    for name in ("tensordot", "transpose", "einsum"):
+    for name, on_disk in (("tensordot", tensordot), ("transpose", transpose), ("einsum", einsum)):
         current = cached.get((name, "jax"), getattr(jnp, name))
         if not getattr(current, "routes_disk_arrays", False):  # once per process
-            cached[(name, "jax")] = _routed(name, current)
+            cached[(name, "jax")] = _routed(name, current, on_disk)
 
 
 def _shape(x) -> tuple[int, ...]:

@@ -1,5 +1,5 @@
-"""Integer-array indexing out of core: `take`, `take_along_axis`, and the gather
-behind ``x[int_array]`` and sparse steps (``x[::1000]``).
+"""The gather behind integer-array indexing out of core: ``x[int_array]``, sparse
+steps (``x[::1000]``), `take` and `take_along_axis` (`_take`).
 
 `Gather` computes its output tile by tile. A tile reads only the pieces of the
 index arrays it uses, finds the distinct positions of ``x`` they name, and reads
@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ..arrays._array import DiskArray
-from ..arrays._hijax import type_of
-from ..arrays._op import CustomOp, apply, frozen
+from ..arrays._op import CustomOp, frozen
 from ..planning._budget import plan_tiles
 from ..planning._tile_reads import regions
 from ..storage._picked_rows import PickedRows, row_bytes, run_bytes, worth_reading_through
 
-__all__ = ["take", "take_along_axis"]
+__all__ = ["Gather", "check_bounds", "is_sparse"]
 
 #: Positions of ``x`` fewer than this many bytes apart are read as one region.
 GAP_BYTES = 64 * 2**10
@@ -340,107 +336,3 @@ def is_sparse(step: int, size: int, later: tuple[int, ...], itemsize: int) -> bo
     """Whether a slice skips so much of the file between its positions (more than
     `GAP_BYTES`) that reading only those positions beats reading the range."""
     return size > 1 and (abs(step) - 1) * math.prod(later) * itemsize > GAP_BYTES
-
-
-# ---------------------------------------------------------------- take, take_along_axis
-
-
-def _axis(axis, ndim: int, what: str) -> int:
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{what}: axis must be an int, got {axis!r}.")
-    if not -ndim <= axis < ndim:
-        raise np.exceptions.AxisError(
-            f"{what}: axis {axis} is out of bounds for an array of {ndim} dimensions."
-        )
-    return int(axis) % ndim
-
-
-def _integers(indices, what: str):
-    """``indices`` as an integer array: a DiskArray, a traced JAX value, or NumPy."""
-    if type_of(indices) is None and not isinstance(indices, jax.core.Tracer):
-        indices = np.asarray(indices)
-        if indices.size == 0 and indices.dtype.kind not in "biu":
-            indices = indices.astype(np.intp)  # ``[]``
-    dtype = np.dtype(indices.dtype)
-    if dtype.kind not in "iu":
-        raise TypeError(f"{what}: indices must have an integer dtype, got {dtype}.")
-    return indices
-
-
-def _in_memory(value):
-    return value.to_numpy() if type_of(value) is not None else value
-
-
-def take(x, indices, /, *, axis=None, budget=None):
-    """The elements of ``x`` at ``indices`` along ``axis`` (as ``np.take``), out of core.
-
-    **Arguments:**
-
-    - `x`: a `DiskArray` of at least one dimension.
-    - `indices`: integers (a `DiskArray`, NumPy array or list); negative ones count
-      from the end; out-of-range ones raise `IndexError` (for a `DiskArray`, when
-      the gather reads them).
-    - `axis`: the axis to take along; optional for a 1-D ``x`` only.
-
-    **Returns:** ``x`` with ``axis`` replaced by the axes of ``indices``. Its
-    gradient adds the cotangent back at each index (repeats add up).
-    """
-    t = type_of(x)
-    if t is None:
-        return jnp.take(jnp.asarray(x), jnp.asarray(_in_memory(indices)), axis=axis)
-    nd = len(t.shape)
-    if nd == 0:
-        raise ValueError("take: x must have at least one dimension, got a 0-d array.")
-    if axis is None and nd != 1:
-        raise ValueError(
-            f"take: axis is required for a {nd}-d array (the standard asks for it); "
-            "flatten first (ooc.reshape(x, (-1,))) to take from all elements."
-        )
-    axis = _axis(0 if axis is None else axis, nd, "take")
-    from ._layout import getitem
-
-    key = (slice(None),) * axis + (_integers(indices, "take"),)
-    return getitem(x, key, budget=budget)
-
-
-def take_along_axis(x, indices, /, *, axis=-1, budget=None):
-    """``np.take_along_axis``: ``out[..., j, ...] = x[..., indices[..., j, ...], ...]``.
-
-    **Arguments:**
-
-    - `x`: a `DiskArray`.
-    - `indices`: integers with as many dimensions as ``x`` (a `DiskArray`, NumPy
-      array or list), broadcasting against ``x`` except along ``axis``.
-    - `axis`: the axis to take along (default: the last).
-
-    **Returns:** the broadcast shape, with ``indices``'s side along ``axis``. Its
-    gradient is the scatter-add of the cotangent (repeats add up).
-    """
-    t = type_of(x)
-    if t is None:
-        values = jnp.asarray(_in_memory(indices))
-        return jnp.take_along_axis(jnp.asarray(x), values, axis=axis)
-    idx = _integers(indices, "take_along_axis")
-    nd, ishape = len(t.shape), tuple(np.shape(idx))
-    if len(ishape) != nd or nd == 0:
-        raise ValueError(
-            "take_along_axis: indices must have as many dimensions as x (at least one), "
-            f"got shapes {ishape} and {t.shape}."
-        )
-    axis = _axis(axis, nd, "take_along_axis")
-    out = []
-    for a, (n, k) in enumerate(zip(t.shape, ishape)):
-        if a != axis and n != k and 1 not in (n, k):
-            raise ValueError(
-                f"take_along_axis: x of shape {t.shape} and indices of shape {ishape} do "
-                f"not broadcast along axis {a}."
-            )
-        out.append(k if a == axis or n == 1 else n)
-    if isinstance(idx, np.ndarray):
-        check_bounds(idx, t.shape[axis], axis)
-        idx = DiskArray.from_numpy(idx, budget=budget)
-    sources = tuple(
-        ("index", 0) if a == axis else ("out", a, 0, int(n != 1)) for a, n in enumerate(t.shape)
-    )
-    op = Gather(sources, (tuple(range(nd)),), tuple(out), "take_along_axis")
-    return apply(op, x, idx, budget=budget)

@@ -29,9 +29,20 @@ import weakref
 
 import numpy as np
 
+from ..storage._paged_file import Region
 from ..storage._picked_rows import PickedRows
+from ._chain_read import Evaluation, current_region, pieces_of
 
-__all__ = ["ChainFile", "MAX_DEPTH", "Unread", "describe", "is_chain", "settle_readers", "unstored"]
+__all__ = [
+    "ChainFile",
+    "MAX_DEPTH",
+    "Unread",
+    "describe",
+    "is_chain",
+    "settle",
+    "settle_readers",
+    "unstored",
+]
 
 #: Chains longer than this are cut: their deepest input is written first (a read
 #: through the chain recurses once per step).
@@ -50,8 +61,6 @@ SUB_BYTES = 512 * 2**10
 #: chain too deep for pieces this large is cut (`too_deep`).
 MIN_PIECE_BYTES = 16 * 2**10
 CUT_BUDGET = 64 * MIN_PIECE_BYTES
-
-Region = tuple[slice, ...]
 
 # chains stored so far: cached statistics of a graph older than the last store are
 # recomputed (a stored chain inside it is a leaf now)
@@ -73,11 +82,6 @@ def too_deep(chain: ChainFile) -> bool:
 def unstored(values) -> list[ChainFile]:
     """The chains among ``values`` that are still computed on read."""
     return [v for v in values if is_chain(v)]
-
-
-def region_key(region: Region | None):
-    """A hashable form of ``region`` (None for a 0-d value)."""
-    return None if region is None else tuple((s.start, s.stop) for s in region)
 
 
 def _elements(region: Region | None) -> int:
@@ -111,6 +115,7 @@ class ChainFile:
     """
 
     is_scratch = True
+    is_chain_file = True  # `_chain_read.is_fused`
     #: the tile side each axis asks to be a multiple of (`_grain`), or None for none
     grain: tuple[int, ...] | None = None
 
@@ -152,8 +157,6 @@ class ChainFile:
 
         def compute(blocks):
             if into is not None:
-                from ._chain_read import current_region
-
                 out = np.empty(tuple(s.stop - s.start for s in current_region()), dtype)
                 into(out, *blocks, accumulate=False)
                 return (out,)
@@ -227,8 +230,6 @@ class ChainFile:
         region = self.normalize(region)
         if out is None:
             out = np.empty(tuple(s.stop - s.start for s in region), self.dtype)
-        from ._chain_read import Evaluation, pieces_of  # it reads ChainFiles
-
         ev = Evaluation(self, region)
         try:
             with np.errstate(all="ignore"):  # log(0) is -inf, as in NumPy: no warning
@@ -290,9 +291,7 @@ class ChainFile:
         """Write the chain to a scratch file now; later reads come from there."""
         if self.stored is not None:
             return self
-        from ..execution._driver import Store  # the driver imports this module
-
-        f = driver.forward(Store(), [self])
+        f = driver.store(self)
         self.adopt(f)
         return self
 
@@ -514,6 +513,17 @@ def readers_of(source) -> list[ChainFile]:
     except TypeError:
         return []
     return [c for c in readers if c.stored is None]
+
+
+def settle(values) -> None:
+    """Compute the results waiting to be read (`execution._pending`) that ``values``
+    (files, chains over them) read: a pass does so before it starts, never inside."""
+    for v in values:
+        if isinstance(v, np.ndarray) or not hasattr(v, "shape"):
+            continue
+        for leaf in leaves(v):
+            if getattr(leaf, "waits_to_be_read", False):
+                leaf.resolve()
 
 
 def settle_readers(f, driver) -> None:

@@ -15,10 +15,19 @@ import threading
 import numpy as np
 
 from ..storage._file_map import is_view, release
-from ..storage._paged_file import PagedFile
-from ._chain import ChainFile, Region, region_key
+from ..storage._paged_file import PagedFile, Region
 
-__all__ = ["Evaluation", "current_region", "pieces_of"]
+__all__ = ["Evaluation", "current_region", "is_fused", "pieces_of", "region_key"]
+
+
+def region_key(region: Region | None):
+    """A hashable form of ``region`` (None for a 0-d value)."""
+    return None if region is None else tuple((s.start, s.stop) for s in region)
+
+
+def is_fused(f) -> bool:
+    """Whether ``f`` is a `ChainFile` (computed from its inputs when read, unless stored)."""
+    return getattr(f, "is_chain_file", False)
 
 
 _current = threading.local()
@@ -52,7 +61,7 @@ class Evaluation:
     """One read through a chain: its stored inputs' regions read once, then the
     graph evaluated piece by piece, blocks of shared nodes kept within a piece."""
 
-    def __init__(self, top: ChainFile, region: Region):
+    def __init__(self, top, region: Region):
         stats = top.stats()
         self.shared = stats.shared
         self.piece_elements = max(1, stats.piece_bytes // stats.max_itemsize)
@@ -63,7 +72,7 @@ class Evaluation:
     def _prefetch(self, src, region, seen) -> None:
         if isinstance(src, np.ndarray) or _is_empty(region):
             return
-        if isinstance(src, ChainFile) and src.stored is None and src.node is not None:
+        if is_fused(src) and src.stored is None and src.node is not None:
             node = src.node
             key = (id(node), region_key(region))
             if key in seen:
@@ -72,7 +81,7 @@ class Evaluation:
             for s, r in zip(node.sources, node.regions(region)):
                 self._prefetch(s, r, seen)
             return
-        f = src.stored if isinstance(src, ChainFile) else src
+        f = src.stored if is_fused(src) else src
         if not f.shape or not getattr(f, "on_disk", True):
             return  # 0-d values and constants are made where they are needed
         held = self.leaves.setdefault(id(f), [])
@@ -100,7 +109,7 @@ class Evaluation:
             # emptiness, which one of size-1 axes cannot (an empty unit axis maps
             # to no input axis)
             return np.empty(tuple(max(0, s.stop - s.start) for s in region), src.dtype)
-        if isinstance(src, ChainFile):
+        if is_fused(src):
             node = src.node
             if src.stored is not None or node is None:
                 return self._stored(src.stored, region)

@@ -113,9 +113,9 @@ def _nbytes(shape, dtype) -> int:
 
 def resident_operand(x, dtype, budget: MemoryBudget, what: str):
     """A non-0-d in-memory operand ``x`` as an operation input: a JAX array of
-    ``dtype`` held in memory, or, for a concrete array JAX cannot hold in ``dtype``
-    (a float64 NumPy array while x64 is off) or one too large to hold, a DiskArray
-    written once to scratch.
+    ``dtype`` held in memory, or None for a concrete array JAX cannot hold in
+    ``dtype`` (a float64 NumPy array while x64 is off) or one too large to hold: the
+    caller writes it once to scratch.
 
     **Raises:** `ValueError` for a traced operand larger than its share of the
     budget (its values are not known while JAX traces, so it cannot go to disk).
@@ -126,9 +126,7 @@ def resident_operand(x, dtype, budget: MemoryBudget, what: str):
     nbytes = _nbytes(shape, held)
     limit = int(budget.nbytes * RESIDENT_SHARE)
     if not traced and (held != np.dtype(dtype) or nbytes > limit):
-        from ..arrays._array import DiskArray
-
-        return DiskArray.from_numpy(np.asarray(x, dtype))
+        return None
     if nbytes > limit:
         _refuse_size(what, [shape], nbytes, budget)
     return jnp.asarray(x, dtype=held)

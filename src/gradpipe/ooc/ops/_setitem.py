@@ -21,21 +21,18 @@ import operator
 import jax
 import numpy as np
 
+from ..arrays._array import DiskArray
+from ..arrays._hijax import type_of
+from ..arrays._refusals import refuse_traced
 from ..execution._driver import Driver
+from ..kernels._promotion import operand_dtypes
 from ..planning._budget import get_budget
 from ..planning._chain import is_chain, settle_readers
 from ..storage._paged_file import PagedFile
+from ._elementwise import where
+from ._update import update_
 
-__all__ = ["refuse_traced", "set_item"]
-
-
-def refuse_traced(*_) -> None:
-    """Refuse ``x[key] = value`` on a traced DiskArray (its aval's ``_setitem`` too)."""
-    raise TypeError(
-        "x[...] = value writes into a DiskArray in place, which JAX cannot trace (inside "
-        "jax.jit/grad). Compute the new array instead: ooc.where(mask, value, x), or "
-        "write it outside the traced function with ooc.update_(x, new)."
-    )
+__all__ = ["set_item"]
 
 
 def _normalize(key, shape) -> list:
@@ -82,10 +79,6 @@ def _value_block(value, vshape, sel_shape, j0, j1, whole=False):
 
 def set_item(x, key, value) -> None:
     """Write ``value`` into the elements of ``x`` that ``key`` selects (see the module)."""
-    from ..kernels._promotion import operand_dtypes
-    from ..ops._update import update_
-    from ._hijax import type_of
-
     if not isinstance(x._handle, (int, np.integer)):
         refuse_traced()
     f = x._concrete_file("x[...] = value")
@@ -100,7 +93,7 @@ def set_item(x, key, value) -> None:
             "ooc.asarray(x, copy=True) first."
         )
     if _is_mask(key, x.shape, type_of):
-        _write_through_mask(x, key, value, type_of, operand_dtypes)
+        _write_through_mask(x, key, value)
         return
     index = _normalize(key, x.shape)
     sel_shape = tuple(entry[3] for entry in index if entry[0] == "slice")
@@ -153,12 +146,10 @@ def _is_mask(key, shape, type_of) -> bool:
     return dtype == np.bool_ and bool(key_shape) and tuple(key_shape) == tuple(shape)
 
 
-def _write_through_mask(x, mask, value, type_of, operand_dtypes) -> None:
+def _write_through_mask(x, mask, value) -> None:
     """``x[mask] = value`` for a scalar ``value``: ``where(mask, value, x)`` written
     back into ``x`` (an array value would need as many elements as the mask selects,
     which depends on the data)."""
-    from ..ops._elementwise import where
-    from ..ops._update import update_
 
     if type_of(value) is not None or np.ndim(value):
         raise ValueError(
@@ -177,7 +168,6 @@ def _write_through_mask(x, mask, value, type_of, operand_dtypes) -> None:
 
 
 def _wrap_value(f):
-    from ._array import DiskArray
 
     return DiskArray._wrap(f) if isinstance(f, PagedFile) else f
 
