@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from typing import Any
+from typing import Any, TypeAlias
 
+import jax
 import numpy as np
 
 from ..execution._driver import Driver, Store
@@ -16,7 +17,18 @@ from ..storage._paged_file import PagedFile
 from . import _handles
 from ._namespace import namespace
 
-__all__ = ["DiskArray"]
+__all__ = ["ArrayLike", "DiskArray", "Result"]
+
+#: What gradpipe.ooc's functions take as an array: a `DiskArray` (under JAX
+#: transformations, its tracer, a `jax.Array` to a type checker), a JAX or NumPy
+#: array, or a Python or NumPy scalar.
+ArrayLike: TypeAlias = (
+    "DiskArray | jax.Array | np.ndarray | np.generic | bool | int | float | complex"
+)
+
+#: What they return: a `DiskArray`, or a JAX array (a 0-d result, an in-memory
+#: operation, or a traced value).
+Result: TypeAlias = "DiskArray | jax.Array"
 
 
 def _is_concrete(handle: Any) -> bool:
