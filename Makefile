@@ -78,9 +78,8 @@ conformance-raw: $(STAMP)
 	JAX_ENABLE_X64=1 $(ARRAY_API_TESTS)/run $(abspath $(PY)) gradpipe.ooc
 
 # The import contracts in pyproject.toml ([tool.importlinter]): the layers, gradpipe.ooc
-# beside them, no import cycle outside gradpipe.ooc. Then mypy on the packages
-# [tool.mypy] lists, and no module over 400 lines (tools/module_sizes.py: the ones
-# over it may only shrink).
+# beside them, the layers inside gradpipe.ooc, no import cycle anywhere. Then mypy on
+# all of src/ ([tool.mypy]), and no module over 400 lines (tools/module_sizes.py).
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples tools
 	$(PY) -m ruff format --check src tests benchmarks examples tools

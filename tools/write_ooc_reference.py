@@ -34,7 +34,7 @@ FAMILIES = [
     (
         "Statistical and utility functions",
         "",
-        ("ops._reduce", "ops._statistics", "ops._differences"),
+        ("ops._reduce", "ops._extrema", "ops._statistics", "ops._cumulative", "ops._differences"),
     ),
     (
         "NaN-skipping reductions",

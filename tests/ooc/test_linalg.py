@@ -12,7 +12,9 @@ from rounding import assert_within, gamma, product_reference
 
 from gradpipe import ooc
 from gradpipe.ooc.arrays._hijax import type_of
-from gradpipe.ooc.ops._matmul import Contraction, MatMul, _analyse
+from gradpipe.ooc.ops._contraction import Contraction
+from gradpipe.ooc.ops._contraction_labels import _analyse
+from gradpipe.ooc.ops._matmul import MatMul
 
 BUDGET = 4096
 

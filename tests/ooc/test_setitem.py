@@ -51,6 +51,30 @@ def test_a_named_file_is_rewritten_and_a_view_sees_it(tmp_path):
     assert not list(tmp_path.glob("*partial*"))
 
 
+@pytest.mark.parametrize("source", ["zarr", "fused", "scratch"])
+def test_a_named_file_takes_values_from_any_disk_array(tmp_path, source):
+    """The value of ``x[key] = value`` on a named file may be a DiskArray of any
+    kind: a zarr array read in place, a fused result, a scratch file."""
+    import zarr
+
+    V = np.arange(12, dtype=np.float32).reshape(4, 3)
+    if source == "zarr":
+        zarr.open_array(tmp_path / "v.zarr", mode="w", shape=V.shape, chunks=(2, 3), dtype=V.dtype)[
+            :
+        ] = V
+        value = ooc.open_zarr(tmp_path / "v.zarr")
+    elif source == "fused":
+        value = ooc.asarray(V - 1) + 1
+    else:
+        value = ooc.asarray(V)
+    ooc.asarray(np.zeros((8, 3), np.float32)).save(tmp_path / "x.gpa")
+    x = ooc.DiskArray.open(tmp_path / "x.gpa", writable=True)
+    x[2:6] = value
+    want = np.zeros((8, 3), np.float32)
+    want[2:6] = V
+    np.testing.assert_array_equal(ooc.DiskArray.open(tmp_path / "x.gpa").to_numpy(), want)
+
+
 def test_bad_writes_are_refused_and_change_nothing(tmp_path):
     X = np.ones((3, 2))
     x = ooc.asarray(X)

@@ -14,7 +14,7 @@ from gradcases import MODE_IDS, MODES, GradCase, check
 from gradpipe import ooc
 from gradpipe.ooc import Driver
 from gradpipe.ooc.arrays._hijax import type_of
-from gradpipe.ooc.ops._statistics import Cumulative
+from gradpipe.ooc.ops._cumulative import Cumulative
 
 AXES = [None, 0, 1, (0, 1), -1]
 BUDGET = 4096

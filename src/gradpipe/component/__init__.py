@@ -25,10 +25,11 @@ from ._check_gradients import check_gradients
 from ._component import Component
 from ._gradient_report import GradientCheck, GradientCheckRow
 from ._keys import ContentKey
+from ._nodes import LeafSpec
 from ._paths import ComponentInputError, canonical_path
 from ._random_inputs import random_inputs
 from ._residuals import CacheInfo, CacheLimits, ResidualCache, Residuals
-from ._schema import Array, ArraySpec, Differentiable, LeafSpec
+from ._schema import Array, ArraySpec, Differentiable
 
 __all__ = [
     "Array",

@@ -15,9 +15,10 @@ import pydantic
 
 from ._component import Component
 from ._gradient_report import GradientCheck, GradientCheckRow
+from ._nodes import model_node
 from ._paths import canonical_path
 from ._random_inputs import random_inputs
-from ._schema import is_inexact, model_node
+from ._schema import is_inexact
 from ._tree import flatten_inputs, flatten_outputs, rebuild
 
 __all__ = ["check_gradients"]

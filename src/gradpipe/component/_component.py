@@ -14,13 +14,14 @@ import pydantic
 from gradpipe.core import Operator
 
 from ._casting import Casting, check_casting
-from ._derivatives import DERIVATIVE_ERRORS, DerivativeMemory, derivative_error
-from ._endpoints import Programs, Selection, Signature
+from ._derivative_passes import DerivativePasses
+from ._derivatives import DERIVATIVE_ERRORS, DerivativeMemory
+from ._endpoints import Programs, Signature
 from ._keys import ContentKey
+from ._nodes import LeafSpec, leaf_specs, model_node
 from ._paths import ComponentInputError
 from ._recompute import check_residuals
 from ._residuals import CacheLimits, ResidualCache, Residuals
-from ._schema import LeafSpec, leaf_specs, model_node
 from ._strict import Extra, check_extra, check_given
 from ._tree import FlatInputs, flatten_inputs, on_device, rebuild, validation_error
 from ._vectors import fill, inexact, vectors
@@ -167,6 +168,7 @@ class Component:
             return result
 
         self._programs = Programs(call, self._in_node, self._out_node, residuals)
+        self._passes = DerivativePasses(self._programs, self._params, self._learned)
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__name__", type(self.fn).__name__)
@@ -232,7 +234,7 @@ class Component:
         if not (sig.diff_in and sig.diff_out):
             leaves = self._programs.apply(sig)(self._params, flat.arrays)
             return rebuild(self._out_node, sig.out_structure, leaves), Residuals(self, sig, None)
-        leaves, vjp_fn = self._keep(sig, flat.arrays, "apply_keep")
+        leaves, vjp_fn = self._passes.keep(sig, flat.arrays, "apply_keep")
         return rebuild(self._out_node, sig.out_structure, leaves), Residuals(self, sig, vjp_fn)
 
     def vjp(
@@ -268,12 +270,12 @@ class Component:
                 arrays = on_device(key.arrays, private=False)
             else:
                 arrays = on_device(flat.arrays, private=False)  # we wait for the result
-            _, vjp_fn = self._keep(sig, arrays, "vjp")
+            _, vjp_fn = self._passes.keep(sig, arrays, "vjp")
             residuals = Residuals(self, sig, vjp_fn)
             if cache is not None and key is not None:
                 cache.put(key, residuals)
         # The device arrays may share the caller's buffers until the result is ready.
-        return jax.block_until_ready(self._pull(residuals, ins, outs, given))
+        return jax.block_until_ready(self._passes.pull(residuals, ins, outs, given))
 
     def vjp_from(
         self,
@@ -297,27 +299,7 @@ class Component:
         ins = sig.select(vjp_inputs, "input", "vjp input")
         outs = sig.select(vjp_outputs, "output", "vjp output")
         given = vectors(sig, outs, cotangents, "output", "cotangent", self.casting)
-        return jax.block_until_ready(self._pull(residuals, ins, outs, given, "vjp_from"))
-
-    def _pull(
-        self,
-        residuals: Residuals,
-        ins: Selection,
-        outs: Selection,
-        vectors: dict[int, Any],
-        endpoint: str = "vjp",
-    ) -> dict[str, Any]:
-        sig = residuals._signature
-        f_ins, f_outs = inexact(ins, sig.diff_in), inexact(outs, sig.diff_out)
-        grads: dict[int, Any] = {}
-        if f_ins and f_outs:
-            program = self._programs.backward(sig, f_ins, f_outs)
-            try:
-                result = program(residuals._vjp_fn, tuple(vectors[o] for o in f_outs))
-            except DERIVATIVE_ERRORS as error:  # e.g. lax.while_loop: no transpose
-                raise derivative_error(endpoint, {"rev": error}) from error
-            grads = dict(zip(f_ins, result))
-        return fill(ins, grads, sig.in_avals)
+        return jax.block_until_ready(self._passes.pull(residuals, ins, outs, given, "vjp_from"))
 
     def jvp(
         self,
@@ -333,16 +315,7 @@ class Component:
         ins = sig.select(jvp_inputs, "input", "jvp input")
         outs = sig.select(jvp_outputs, "output", "jvp output")
         given = vectors(sig, ins, tangents, "input", "tangent", self.casting)
-        f_ins, f_outs = inexact(ins, sig.diff_in), inexact(outs, sig.diff_out)
-        pushed: dict[int, Any] = {}
-        if f_ins and f_outs:
-            program = self._programs.jvp(sig, f_ins, f_outs)
-            try:
-                result = program(self._params, flat.arrays, tuple(given[i] for i in f_ins))
-            except DERIVATIVE_ERRORS as error:
-                raise derivative_error("jvp", {"fwd": error}) from error
-            pushed = dict(zip(f_outs, result))
-        return jax.block_until_ready(fill(outs, pushed, sig.out_avals))
+        return jax.block_until_ready(self._passes.push(sig, flat.arrays, ins, outs, given))
 
     def jacobian(
         self,
@@ -359,23 +332,7 @@ class Component:
         _, flat, sig = self._prepare(inputs, private=False)
         ins = sig.select(jac_inputs, "input", "jacobian input")
         outs = sig.select(jac_outputs, "output", "jacobian output")
-        f_ins, f_outs = inexact(ins, sig.diff_in), inexact(outs, sig.diff_out)
-        blocks: dict[tuple[int, int], Any] = {}
-        if f_ins and f_outs:
-            result = self._jacobian(sig, f_ins, f_outs, mode, flat.arrays)
-            for o, row in zip(f_outs, result):
-                for i, block in zip(f_ins, row):
-                    blocks[(o, i)] = block
-        jac: dict[str, dict[str, Any]] = {}
-        for out_path, o in outs.items:
-            jac[out_path] = {}
-            for in_path, i in ins.items:
-                if (o, i) in blocks:
-                    jac[out_path][in_path] = blocks[(o, i)]
-                else:
-                    shape = sig.out_avals[o].shape + sig.in_avals[i].shape
-                    jac[out_path][in_path] = np.zeros(shape, jax.dtypes.float0)
-        return jax.block_until_ready(jac)
+        return jax.block_until_ready(self._passes.jacobian(sig, flat.arrays, ins, outs, mode))
 
     def abstract_eval(self, abstract_inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The output shapes and dtypes for inputs given by shape and dtype: array
@@ -392,39 +349,6 @@ class Component:
         return rebuild(self._out_node, sig.out_structure, leaves)
 
     # -- helpers -----------------------------------------------------------------
-
-    def _keep(self, sig: Signature, arrays: tuple[Any, ...], endpoint: str) -> tuple[Any, Any]:
-        """The forward pass under ``jax.vjp``: ``(output leaves, vjp function)``; a
-        `TypeError` naming ``endpoint`` when JAX cannot differentiate the function."""
-        known = self._learned.no_residuals.get(sig.key)
-        if known is not None:
-            raise derivative_error(endpoint, {"rev": known})
-        try:
-            return self._programs.keep(sig)(self._params, arrays)
-        except DERIVATIVE_ERRORS as error:
-            raise derivative_error(endpoint, {"rev": error}) from error
-
-    def _jacobian(
-        self, sig: Signature, ins: tuple[int, ...], outs: tuple[int, ...], mode: str, arrays: Any
-    ) -> Any:
-        """The Jacobian blocks by forward or reverse mode. Under ``"auto"``, the cheaper
-        mode by size is tried first and the other when JAX cannot differentiate the
-        function in it (a ``jax.custom_vjp`` function has no forward mode); the mode
-        that worked is remembered for this signature and selection."""
-        order = self._learned.jacobian_order(sig, ins, outs) if mode == "auto" else (mode,)
-        errors: dict[str, Exception] = {}
-        for tried in order:
-            try:
-                result = self._programs.jacobian(sig, ins, outs, tried)(self._params, arrays)
-            except DERIVATIVE_ERRORS as error:
-                errors[tried] = error
-                continue
-            if mode == "auto":
-                self._learned.remember(self._learned.jacobian_modes, (sig.key, ins, outs), tried)
-            return result
-        endpoint = f"jacobian (mode={mode!r})"
-        refusal = derivative_error(endpoint, errors)
-        raise refusal from errors[order[-1]]
 
     def _prepare(
         self, inputs: Any, private: bool = True, host: bool = False

@@ -19,9 +19,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._nodes import ArrayNode, LeafSpec, ModelNode, leaf_specs
 from ._paths import ComponentInputError, canonical_paths
 from ._recompute import has_host_effects, residual_policy
-from ._schema import ArrayNode, LeafSpec, ModelNode, is_inexact, leaf_specs
+from ._schema import is_inexact
 from ._tree import flatten_outputs, rebuild
 from ._unselectable import unselectable_reason
 

@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._component import Component
-from ._paths import join_index, join_name
-from ._schema import (
+from ._nodes import (
     ArrayNode,
     DictNode,
     ListNode,
@@ -19,6 +18,7 @@ from ._schema import (
     StaticNode,
     model_node,
 )
+from ._paths import join_index, join_name
 
 __all__ = ["random_inputs"]
 

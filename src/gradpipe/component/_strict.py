@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ._casting import static_problem
+from ._nodes import DictNode, ListNode, ModelNode, Node, OptionalNode, StaticNode
 from ._paths import ComponentInputError, join_index, join_key, join_name
-from ._schema import DictNode, ListNode, ModelNode, Node, OptionalNode, StaticNode
 
 __all__ = ["EXTRAS", "Extra", "check_extra", "check_given"]
 

@@ -21,8 +21,8 @@ import pydantic
 
 from ._casting import cast_problem
 from ._keys import StaticValue
+from ._nodes import ArrayNode, DictNode, ListNode, ModelNode, Node, OptionalNode, StaticNode
 from ._paths import ComponentInputError, join_index, join_key, join_name
-from ._schema import ArrayNode, DictNode, ListNode, ModelNode, Node, OptionalNode, StaticNode
 
 __all__ = [
     "FlatInputs",

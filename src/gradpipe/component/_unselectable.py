@@ -8,8 +8,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
+from ._nodes import LeafSpec
 from ._paths import path_pattern
-from ._schema import LeafSpec
 
 __all__ = ["unselectable_reason"]
 

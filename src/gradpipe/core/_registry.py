@@ -34,6 +34,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ._atomic_files import write_atomic, write_new
 from ._config import from_state, state_to_json
 from ._operator import Operator
 
@@ -68,55 +69,6 @@ def _check_name(kind: str, name: str) -> str:
             f"registry's directory."
         )
     return name
-
-
-def _synced_temporary(path: Path, data: bytes) -> str:
-    """A new file beside ``path`` holding ``data``, synced to disk; its name."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one."""
-    tmp = _synced_temporary(path, data)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_new(path: Path, data: bytes) -> bool:
-    """Create ``path`` holding ``data`` unless it exists; whether it was created.
-
-    The file is written under a temporary name and hard-linked into place: the link
-    fails if ``path`` exists (so of several writers exactly one creates it), and a
-    reader never sees a partly written file.
-    """
-    tmp = _synced_temporary(path, data)
-    try:
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # a filesystem without hard links: create exclusively instead
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def _operator_states(state: Any) -> list[dict]:
@@ -247,9 +199,9 @@ class Registry:
         address = self.resolve(ref)
         path = self.root / "tags" / _check_name("Tag", tag)
         if force:
-            _write_atomic(path, address.encode())
+            write_atomic(path, address.encode())
             return
-        if _write_new(path, address.encode()):
+        if write_new(path, address.encode()):
             return
         current = path.read_text().strip()
         if current != address:

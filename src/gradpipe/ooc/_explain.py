@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import jax
 
+from .arrays._array import DiskArray
 from .planning import _stages
 from .planning._budget import format_bytes
-from .planning._chain import describe, is_chain
+from .planning._chain import is_chain
+from .planning._chain_graph import describe
 from .storage._iostats import IOStats
 
 __all__ = ["Plan", "explain"]
@@ -78,7 +82,7 @@ class Plan:
         return "\n".join(lines)
 
 
-def explain(fn, *args, store_results: bool = True, **kwargs) -> Plan:
+def explain(fn: Callable[..., Any], *args: Any, store_results: bool = True, **kwargs: Any) -> Plan:
     """Run ``fn(*args, **kwargs)`` and return the `Plan` of the passes it made.
 
     Elementwise and layout steps are fused: they are not passes of their own but
@@ -116,6 +120,6 @@ def explain(fn, *args, store_results: bool = True, **kwargs) -> Plan:
     return Plan(tuple(rec.stages), rec.fused, result)
 
 
-def formula(x) -> str:
+def formula(x: DiskArray) -> str:
     """The chain behind a DiskArray as a formula (its stored file as ``x0``)."""
     return describe(x._concrete_file("formula"))

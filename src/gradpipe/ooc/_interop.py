@@ -11,25 +11,38 @@ import contextlib
 import itertools
 import math
 import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arrays._array import DiskArray, _new_file, _row_chunks
+from .arrays._array import DiskArray
+from .arrays._array_files import _new_file, _row_chunks
 from .planning._budget import MemoryBudget, format_bytes, get_budget
 from .planning._chain import is_chain
 from .storage._debris import sweep_partials
-from .storage._paged_file import fsync_dir, partial_name
+from .storage._file_ops import fsync_dir
+from .storage._paged_file import Region, partial_name
 from .storage._zarr_file import ZarrFile, resolve_store, zarr_file, zarr_module
+
+if TYPE_CHECKING:
+    import zarr
+    from zarr.storage import StoreLike
 
 __all__ = ["from_zarr", "to_memmap", "to_zarr"]
 
 
-def _rows_per_copy(shape, itemsize: int, budget: MemoryBudget) -> int:
+def _rows_per_copy(shape: tuple[int, ...], itemsize: int, budget: MemoryBudget) -> int:
     row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize or itemsize
     return max(1, budget.nbytes // 4 // row)
 
 
-def to_memmap(x: DiskArray, path: str | os.PathLike, *, budget=None) -> np.memmap:
+def to_memmap(
+    x: DiskArray,
+    path: str | os.PathLike[str],
+    *,
+    budget: MemoryBudget | int | str | None = None,
+) -> np.memmap:
     """Write ``x`` to a raw ``np.memmap`` file at ``path`` (C order), row block by block.
 
     The file is written under a temporary name and renamed into place when complete
@@ -64,7 +77,13 @@ def to_memmap(x: DiskArray, path: str | os.PathLike, *, budget=None) -> np.memma
     return np.memmap(path, dtype=x.dtype, mode="r+", shape=x.shape)
 
 
-def _tile_for(shape, unit, bytes_per_element: float, budget: MemoryBudget, what: str):
+def _tile_for(
+    shape: tuple[int, ...],
+    unit: Sequence[int],
+    bytes_per_element: float,
+    budget: MemoryBudget,
+    what: str,
+) -> tuple[int, ...]:
     """The largest tile of whole ``unit`` blocks (grown along the last axes first) whose
     bytes fit the budget; a `MemoryError` when one unit does not."""
     tile = [min(u, max(n, 1)) for u, n in zip(unit, shape)]
@@ -87,15 +106,15 @@ def _tile_for(shape, unit, bytes_per_element: float, budget: MemoryBudget, what:
 
 def to_zarr(
     x: DiskArray,
-    store,
+    store: StoreLike,
     *,
     path: str | None = None,
     chunks: tuple[int, ...] | None = None,
     mode: str = "w",
-    storage_options: dict | None = None,
+    storage_options: dict[str, Any] | None = None,
     budget: MemoryBudget | int | str | None = None,
-    **create_options,
-):
+    **create_options: Any,
+) -> zarr.Array:
     """Write ``x`` to a new zarr array as it is computed, tile by tile.
 
     ``x`` may be a fused result (a chain computed on read): its tiles are computed
@@ -156,18 +175,23 @@ def to_zarr(
     return z
 
 
-def _read_bytes(src) -> float:
+def _read_bytes(src: Any) -> float:
     """Bytes one element of ``src`` holds while read (a chain: what its read holds)."""
     return src.stats().peak if is_chain(src) else float(src.dtype.itemsize)
 
 
-def _regions(shape, tile):
+def _regions(shape: tuple[int, ...], tile: tuple[int, ...]) -> Iterator[Region]:
     for starts in itertools.product(*(range(0, n, t) for n, t in zip(shape, tile))):
         yield tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
 
 
 def from_zarr(
-    source, *, path=None, page_shape=None, budget=None, storage_options=None
+    source: zarr.Array | str | os.PathLike[str],
+    *,
+    path: str | os.PathLike[str] | None = None,
+    page_shape: tuple[int, ...] | None = None,
+    budget: MemoryBudget | int | str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> DiskArray:
     """A DiskArray *copied* from a zarr array into gradpipe's own file format.
 

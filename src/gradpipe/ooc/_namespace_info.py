@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from .arrays._device import DISK, check_device
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from .arrays._device import DISK, Device, check_device
 from .kernels._data_types import isdtype
 from .kernels._x64 import default_dtypes
 from .storage._constants import DTYPES
@@ -18,26 +23,31 @@ class NamespaceInfo:
 
     __module__ = "gradpipe.ooc"
 
-    def capabilities(self) -> dict:
+    def capabilities(self) -> dict[str, bool | int]:
         """The optional features: none of boolean indexing or data-dependent shapes."""
         return {"boolean indexing": False, "data-dependent shapes": False, "max dimensions": 64}
 
-    def default_device(self):
+    def default_device(self) -> Device:
         """The disk."""
         return DISK
 
-    def devices(self) -> list:
+    def devices(self) -> list[Device]:
         """``[the disk]``."""
         return [DISK]
 
-    def default_dtypes(self, *, device=None) -> dict:
+    def default_dtypes(self, *, device: Device | str | None = None) -> dict[str, np.dtype[Any]]:
         """``jax.numpy``'s defaults: float32, complex64, int32 and int32 for indexing
         while ``jax_enable_x64`` is off (JAX's default); float64, complex128, int64
         and int64 while it is on."""
         check_device(device)
         return default_dtypes()
 
-    def dtypes(self, *, device=None, kind=None) -> dict:
+    def dtypes(
+        self,
+        *,
+        device: Device | str | None = None,
+        kind: DTypeLike | str | tuple[DTypeLike | str, ...] | None = None,
+    ) -> dict[str, np.dtype[Any]]:
         """The supported dtypes by name, those of ``kind`` only when given."""
         check_device(device)
         if kind is None:

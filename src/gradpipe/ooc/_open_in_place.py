@@ -7,10 +7,18 @@ gives a contiguous HDF5 dataset the default page shape of the budget.
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING, Any
+
 from .arrays._array import DiskArray
 from .planning._budget import default_page_shape, get_budget
 from .storage._hdf5_file import hdf5_file
 from .storage._zarr_file import zarr_file
+
+if TYPE_CHECKING:
+    import h5py
+    import zarr
+    from zarr.storage import StoreLike
 
 __all__ = ["open_hdf5", "open_zarr"]
 
@@ -19,7 +27,13 @@ def _default_pages(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return default_page_shape(shape, itemsize, get_budget())
 
 
-def open_zarr(store, *, path: str | None = None, mode: str = "r", storage_options=None):
+def open_zarr(
+    store: StoreLike | zarr.Array,
+    *,
+    path: str | None = None,
+    mode: str = "r",
+    storage_options: dict[str, Any] | None = None,
+) -> DiskArray:
     """A `DiskArray` reading (and with ``mode="r+"`` writing) a zarr array in place.
 
     No copy is made: tiles are planned in whole chunks, and each read decodes only
@@ -47,7 +61,7 @@ def open_zarr(store, *, path: str | None = None, mode: str = "r", storage_option
     return DiskArray._wrap(zarr_file(store, path=path, mode=mode, storage_options=storage_options))
 
 
-def open_hdf5(path, dataset: str | None = None):
+def open_hdf5(path: str | os.PathLike[str] | h5py.Dataset, dataset: str | None = None) -> DiskArray:
     """A read-only `DiskArray` on one dataset of an HDF5 (or NetCDF-4) file, in place.
 
     No copy is made: a chunked dataset is read in whole chunks (tiles follow them),

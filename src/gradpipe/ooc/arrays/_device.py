@@ -15,7 +15,7 @@ class Device:
     def __repr__(self) -> str:
         return "Device('disk')"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Device)
 
     def __hash__(self) -> int:
@@ -25,7 +25,7 @@ class Device:
 DISK = Device()
 
 
-def check_device(device) -> None:
+def check_device(device: object) -> None:
     """Refuse a device other than the disk (or ``None``, meaning the disk)."""
     if device is not None and device != DISK and device != "disk":
         raise ValueError(

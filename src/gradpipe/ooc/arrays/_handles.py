@@ -19,11 +19,14 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..planning._budget import default_page_shape, get_budget
-from ..storage._paged_file import PagedFile
+from ..storage._paged_file import Region
 
 __all__ = ["ZERO_HANDLE", "ConstantFile", "ZeroFile", "claim", "lookup", "register", "sweep"]
 
@@ -42,12 +45,16 @@ class ConstantFile:
     writable = False
     on_disk = False  # reads cost no I/O (the plan counts none)
 
-    def __init__(self, shape, dtype, value=0):
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.value = self.dtype.type(value)
+    def __init__(
+        self, shape: Sequence[int], dtype: DTypeLike, value: complex | np.generic | np.ndarray = 0
+    ):
+        self.shape: tuple[int, ...] = tuple(shape)
+        self.dtype: np.dtype[Any] = np.dtype(dtype)
+        # (numpy's stubs take ``dtype[Any].type`` for `np.void`'s constructor)
+        self.value: np.generic = self.dtype.type(value)  # type: ignore[call-overload]
         self.page_shape = default_page_shape(self.shape, self.dtype.itemsize, get_budget())
 
-    def read(self, region=None) -> np.ndarray:
+    def read(self, region: Region | None = None) -> np.ndarray:
         shape = self.shape if region is None else tuple(s.stop - s.start for s in region)
         return np.full(shape, self.value, self.dtype)
 
@@ -59,19 +66,20 @@ class ConstantFile:
 class ZeroFile(ConstantFile):
     """The all-zero array of handle 0."""
 
-    def __init__(self, shape, dtype):
+    def __init__(self, shape: Sequence[int], dtype: DTypeLike):
         super().__init__(shape, dtype, 0)
         self.handle = ZERO_HANDLE
 
 
 _lock = threading.Lock()
 _counter = itertools.count(1)
-_live: weakref.WeakValueDictionary[int, PagedFile | ConstantFile] = weakref.WeakValueDictionary()
-_unclaimed: dict[int, PagedFile] = {}
+# any array file an operation makes (a `PagedFile`, a `ConstantFile`, a chain's...)
+_live: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_unclaimed: dict[int, Any] = {}
 _in_flight = [0]
 
 
-def register(f: PagedFile, *, unclaimed: bool = False) -> int:
+def register(f: Any, *, unclaimed: bool = False) -> int:
     """Give ``f`` a handle (once); with ``unclaimed`` keep it alive until claimed."""
     with _lock:
         h = getattr(f, "handle", None)
@@ -86,7 +94,7 @@ def register(f: PagedFile, *, unclaimed: bool = False) -> int:
         return h
 
 
-def lookup(handle: int, shape, dtype) -> PagedFile | ZeroFile:
+def lookup(handle: int, shape: Sequence[int], dtype: DTypeLike) -> Any:
     """The file behind ``handle``; a clear error when it has been released."""
     handle = int(handle)
     if handle == ZERO_HANDLE:
@@ -102,7 +110,7 @@ def lookup(handle: int, shape, dtype) -> PagedFile | ZeroFile:
     return f
 
 
-def claim(handle: int) -> PagedFile | None:
+def claim(handle: int) -> Any:
     """Hand the file behind ``handle`` to a new holder (None for the zero handle)."""
     handle = int(handle)
     if handle == ZERO_HANDLE:
@@ -127,10 +135,10 @@ def sweep() -> int:
 class callback_running:
     """Marks a host callback in flight, so `sweep` leaves its files alone."""
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         with _lock:
             _in_flight[0] += 1
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         with _lock:
             _in_flight[0] -= 1

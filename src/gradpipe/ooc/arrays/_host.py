@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import sys
 import weakref
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -22,19 +25,23 @@ from ..planning._resident import ResidentFile, to_memory
 from ..storage._paged_file import PagedFile
 from . import _handles
 from ._array import DiskArray, _is_concrete
+from ._hijax import DiskArrayType, ShapedArray
 
 __all__ = ["run_on_host"]
 
+#: An operation's input or output type: a DiskArray's, or an in-memory value's.
+_Type: TypeAlias = "DiskArrayType | ShapedArray"
 
-def _is_disk(t) -> bool:
+
+def _is_disk(t: _Type) -> bool:
     return getattr(t, "is_disk_array", False)
 
 
-def _lower(x):
+def _lower(x: Any) -> Any:
     return x._handle if isinstance(x, DiskArray) else x
 
 
-def _resolve(t, v):
+def _resolve(t: _Type, v: Any) -> Any:
     if _is_disk(t):
         return _handles.lookup(int(v), t.shape, t.dtype)
     if t.shape:  # an in-memory (resident) operand
@@ -42,7 +49,7 @@ def _resolve(t, v):
     return np.asarray(v, t.dtype)
 
 
-def _export(t, value) -> np.ndarray:
+def _export(t: _Type, value: Any) -> np.ndarray | np.int32:
     if not _is_disk(t):
         if t.shape:  # the gradient of a resident operand
             return to_memory(value, t.shape, t.dtype)
@@ -61,13 +68,13 @@ def _export(t, value) -> np.ndarray:
     return np.int32(_handles.register(value, unclaimed=True))
 
 
-def _wrap_out(t, lo):
+def _wrap_out(t: _Type, lo: Any) -> DiskArray | jax.Array:
     if _is_disk(t):
         return DiskArray._from_handle(lo, t.shape, t.dtype)
     return lo if isinstance(lo, jax.core.Tracer) else jnp.asarray(lo)
 
 
-def _is_value(v) -> bool:
+def _is_value(v: object) -> bool:
     return _is_concrete(v) or (isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer))
 
 
@@ -87,7 +94,7 @@ def _staging() -> bool:
     return _core.unsafe_am_i_under_a_jit()  # pragma: no cover - other jax layouts
 
 
-_programs_with_callbacks: weakref.WeakSet = weakref.WeakSet()
+_programs_with_callbacks: weakref.WeakSet[Any] = weakref.WeakSet()
 _LOOP_SOURCES = (os.sep + os.path.join("lax", "control_flow") + os.sep,)
 
 
@@ -115,7 +122,7 @@ def _starts_program() -> bool:
 
 
 def _in_loop_body() -> bool:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         if any(src in frame.f_code.co_filename for src in _LOOP_SOURCES):
             return True
@@ -123,7 +130,12 @@ def _in_loop_body() -> bool:
     return False
 
 
-def run_on_host(host_fn, in_types, out_types, args):
+def run_on_host(
+    host_fn: Callable[..., Sequence[Any]],
+    in_types: Sequence[_Type],
+    out_types: Sequence[_Type],
+    args: Sequence[Any],
+) -> list[DiskArray | jax.Array]:
     """``host_fn(*files_and_values)`` for ``args``; returns DiskArrays and JAX arrays.
 
     ``host_fn`` gets a file (`PagedFile` or `ConstantFile`) for each `DiskArray`
@@ -140,18 +152,19 @@ def run_on_host(host_fn, in_types, out_types, args):
     staged = not all(_is_value(v) for v in lo) or _staging()
     starts = staged and _starts_program()
 
-    def on_host(*vals, _held=held):
+    def on_host(*vals: Any, _held: tuple[Any, ...] = held) -> tuple[np.ndarray | np.int32, ...]:
         if starts:
             _handles.sweep()
         with _handles.callback_running():
             outs = host_fn(*[_resolve(t, v) for t, v in zip(in_types, vals)])
             return tuple(_export(t, o) for t, o in zip(out_types, outs))
 
+    outs: Sequence[Any]
     if not staged:
         outs = on_host(*[np.asarray(v) for v in lo])
     else:
 
-        def on_host_as_words(*vals):
+        def on_host_as_words(*vals: Any) -> tuple[np.ndarray | np.int32, ...]:
             return tuple(_to_words(o, t) for o, t in zip(on_host(*vals), out_types))
 
         specs = tuple(_callback_spec(t) for t in out_types)
@@ -169,7 +182,7 @@ def run_on_host(host_fn, in_types, out_types, args):
 # every thread.
 
 
-def _is_wide(t) -> bool:
+def _is_wide(t: _Type) -> bool:
     """A value JAX narrows while x64 is off: 64-bit parts (complex128's are)."""
     if _is_disk(t):
         return False
@@ -177,7 +190,7 @@ def _is_wide(t) -> bool:
     return dtype.itemsize >= (16 if dtype.kind == "c" else 8)
 
 
-def _callback_spec(t):
+def _callback_spec(t: _Type) -> jax.ShapeDtypeStruct:
     if _is_disk(t):
         return jax.ShapeDtypeStruct((), jnp.int32)
     if _is_wide(t):
@@ -185,13 +198,13 @@ def _callback_spec(t):
     return jax.ShapeDtypeStruct(t.shape, t.dtype)
 
 
-def _to_words(value: np.ndarray, t) -> np.ndarray:
+def _to_words(value: np.ndarray | np.int32, t: _Type) -> np.ndarray | np.int32:
     if not _is_wide(t):
         return value
     return np.ascontiguousarray(value).reshape((*t.shape, 1)).view(np.uint32)
 
 
-def _from_words(words, t):
+def _from_words(words: Any, t: _Type) -> Any:
     if not _is_wide(t):
         return words
     dtype = np.dtype(t.dtype)

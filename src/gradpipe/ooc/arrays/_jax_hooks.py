@@ -13,6 +13,9 @@ Two things JAX does not know about a hijax type, taught here once, at import
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +25,9 @@ from ._array import DiskArray, _is_concrete
 from ._hijax import DiskArrayType, ShapedArray, type_of
 
 __all__ = ["install", "route_jax_operators", "route_jax_primitives"]
+
+if TYPE_CHECKING:
+    from jax.extend.core import Primitive
 
 
 def install() -> None:
@@ -41,16 +47,16 @@ _DEFERRED_OPERATORS = (
 )  # fmt: skip
 
 
-def _defer_to_disk_array(name: str, jax_hook):
+def _defer_to_disk_array(name: str, jax_hook: Callable[..., Any]) -> Callable[..., Any]:
     """``ShapedArray._<name>`` that hands a DiskArray right operand to its own hook."""
 
-    def hook(x, other, *args):
+    def hook(x: Any, other: Any, *args: Any) -> Any:
         t = type_of(other)
         if t is not None:  # `x + other` is `other.__radd__(x)`
             return getattr(t, f"_r{name}")(other, x)
         return jax_hook(x, other, *args)
 
-    hook.gradpipe_defers = jax_hook
+    hook.gradpipe_defers = jax_hook  # type: ignore[attr-defined]  # a mark on the function
     return hook
 
 
@@ -79,7 +85,7 @@ def route_jax_operators() -> None:
 # ---------------------------------------------------------------- JAX's own primitives
 
 
-def _passed_through(prim):
+def _passed_through(prim: Primitive) -> Callable[..., Any]:
     """An identity's rule (stop_gradient, checkpoint_name, optimization_barrier): a
     DiskArray comes out as it went in; other operands still go through ``prim``.
 
@@ -87,7 +93,7 @@ def _passed_through(prim):
     applied ``prim``'s own jvp rule, so stop_gradient's gradient stays zero.
     """
 
-    def rule(*args, **params):
+    def rule(*args: Any, **params: Any) -> Any:
         if not prim.multiple_results:
             return args[0]
         others = iter(prim.bind(*[a for a in args if type_of(a) is None], **params))
@@ -96,23 +102,23 @@ def _passed_through(prim):
     return rule
 
 
-def _handle_of(x: DiskArray):
+def _handle_of(x: DiskArray) -> Any:  # np.int32, or a traced int32
     h = x._handle
     return np.int32(h) if _is_concrete(h) else h
 
 
-def _disk_array_at(handle, t: DiskArrayType) -> DiskArray:
+def _disk_array_at(handle: Any, t: DiskArrayType) -> DiskArray:
     """The DiskArray behind ``handle`` in a callback: a view, the program keeps the file."""
     h = int(np.asarray(handle))
     f = _handles.lookup(h, t.shape, t.dtype)
     return DiskArray(None if h == _handles.ZERO_HANDLE else f, t.shape, t.dtype, h)
 
 
-def _called_back(prim):
+def _called_back(prim: Primitive) -> Callable[..., Any]:
     """A callback's rule (jax.debug.callback, jax.pure_callback, io_callback): each
     DiskArray travels as its int32 handle and reaches the callback as a DiskArray."""
 
-    def rule(*args, callback, **params):
+    def rule(*args: Any, callback: Callable[..., Any], **params: Any) -> Any:
         types = [type_of(a) for a in args]
         lo = [a if t is None else _handle_of(a) for a, t in zip(args, types)]
         # closed-over files live as long as the program that names them (as in `_host`)
@@ -120,7 +126,7 @@ def _called_back(prim):
             a._file for a, t in zip(args, types) if t is not None and _is_concrete(a._handle)
         )
 
-        def with_disk_arrays(*values, _held=held):
+        def with_disk_arrays(*values: Any, _held: tuple[Any, ...] = held) -> Any:
             with _handles.callback_running():
                 return callback(
                     *(v if t is None else _disk_array_at(v, t) for v, t in zip(values, types))
@@ -131,20 +137,21 @@ def _called_back(prim):
     return rule
 
 
-def _printed(prim):
+def _printed(prim: Primitive) -> Callable[..., Any]:
     """jax.debug.print's rule: a `jax.debug.callback` (so each DiskArray arrives as
     one) that runs JAX's own printing with the DiskArrays among the arguments it
     formats as given (its ``static_args``), so one prints as ``print(x)`` does."""
 
-    def rule(*args, **params):
+    def rule(*args: Any, **params: Any) -> list[Any]:
         if not {"static_args", "ordered", "partitioned"} <= params.keys():  # another JAX
             _refusals.refuse_jax_function(prim.name, next(filter(None, map(type_of, args))).shape)
         static = dict(params["static_args"])
         at = [i for i in range(len(static) + len(args)) if i not in static]  # flat positions
         disk = [type_of(a) is not None for a in args]
 
-        def show(*values):
-            fixed, dynamic = dict(static), []
+        def show(*values: Any) -> None:
+            fixed: dict[int, Any] = dict(static)
+            dynamic: list[Any] = []
             for i, v, d in zip(at, values, disk):
                 if d:
                     fixed[i] = v
@@ -160,14 +167,14 @@ def _printed(prim):
     return rule
 
 
-def _teach(prim, rule) -> None:
+def _teach(prim: Primitive | None, rule: Callable[[Primitive], Callable[..., Any]] | None) -> None:
     """Give ``prim`` a DiskArray operand: ``rule(prim)`` applies, or ``None`` refuses."""
     if prim is None or getattr(prim.is_high, "gradpipe_disk_arrays", False):
         return
     jax_is_high, jax_to_lojax = prim.is_high, prim.to_lojax
     lower = rule(prim) if rule is not None else None
 
-    def is_high(*avals, **params):
+    def is_high(*avals: Any, **params: Any) -> bool:
         disk = next((a for a in avals if isinstance(a, DiskArrayType)), None)
         if disk is None:
             return jax_is_high(*avals, **params)
@@ -175,16 +182,18 @@ def _teach(prim, rule) -> None:
             _refusals.refuse_jax_function(prim.name, disk.shape)
         return True
 
-    def to_lojax(*args, **params):
+    def to_lojax(*args: Any, **params: Any) -> Any:
         if all(type_of(a) is None for a in args):
             return jax_to_lojax(*args, **params)
+        assert lower is not None  # is_high refused the DiskArray operand
         return lower(*args, **params)
 
-    is_high.gradpipe_disk_arrays = True
-    prim.is_high, prim.to_lojax = is_high, to_lojax
+    is_high.gradpipe_disk_arrays = True  # type: ignore[attr-defined]  # a mark on the function
+    # this primitive's own rules, replaced on the instance (JAX's kept for the rest)
+    prim.is_high, prim.to_lojax = is_high, to_lojax  # type: ignore[method-assign]
 
 
-def _primitive(function, name: str):
+def _primitive(function: Callable[[Any], Any], name: str) -> Primitive | None:
     """JAX's primitive ``name`` as ``function`` binds it (traced once on a float32), or
     None where this JAX version binds something else."""
     eqns = jax.make_jaxpr(function)(np.float32(0)).eqns

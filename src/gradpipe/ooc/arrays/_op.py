@@ -12,16 +12,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 
 import numpy as np
 
+from ..execution._driver import Driver
 from ..planning._budget import MemoryBudget, get_budget
-from ._hijax import DiskArrayType, ShapedArray, bind, type_of
+from ._array import ArrayLike, Result
+from ._hijax import DiskArrayType, ShapedArray, type_of
+from ._primitives import InType, bind
 
 __all__ = ["BlockParallelOp", "CustomOp", "make_op"]
 
 Region = tuple[slice, ...]
+_T = TypeVar("_T")
+
+# The methods a subclass defines with one argument per input (``output_shape(self,
+# sa, sb)``) take them here as ``*shapes: Any`` & co., which such an override matches.
 
 
 class _OpBase:
@@ -42,16 +49,16 @@ class _OpBase:
         """The name used in error messages and progress bars (default: the class name)."""
         return type(self).__name__
 
-    def output_dtype(self, *dtypes) -> np.dtype:
+    def output_dtype(self, *dtypes: Any) -> np.dtype:
         """The output dtype (default: NumPy's promotion of the input dtypes)."""
         return np.result_type(*dtypes)
 
-    def accumulator_dtype(self, *dtypes) -> np.dtype:
+    def accumulator_dtype(self, *dtypes: Any) -> np.dtype:
         """The dtype partial output tiles are held and combined in (default: the
         output's; a float16 sum accumulates in float32). The memory plan counts it."""
         return self.output_dtype(*dtypes)
 
-    def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    def output_shape(self, *shapes: Any) -> tuple[int, ...]:
         """The output's shape from the inputs' shapes (``()`` for a scalar). Subclasses define it.
 
         **Arguments:**
@@ -64,7 +71,7 @@ class _OpBase:
         """
         raise NotImplementedError(f"{self.name} must define output_shape(*input_shapes).")
 
-    def check_differentiable(self, in_types, wants) -> None:
+    def check_differentiable(self, in_types: Sequence[InType], wants: Sequence[bool]) -> None:
         """Refuse, with a `TypeError`, a gradient this operation cannot compute.
 
         Called while JAX traces the backward pass, before any data moves, with the
@@ -72,7 +79,7 @@ class _OpBase:
         saying whether its gradient is wanted. The default accepts every gradient.
         """
 
-    def out_type(self, *in_types):
+    def out_type(self, *in_types: InType) -> DiskArrayType | ShapedArray:
         """The output's abstract type (shape and dtype) from the inputs' types.
 
         Called by the driver and by JAX's shape inference; it combines `output_shape` and
@@ -141,20 +148,22 @@ class BlockParallelOp(_OpBase):
     #: fused with the operations around it (see `gradpipe.ooc.explain`).
     fusable: bool = False
 
-    def reduction_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    def reduction_shape(self, *shapes: Any) -> tuple[int, ...]:
         """The shape of the reduction loop (default ``()``: no reduction, elementwise).
 
         A matrix product reduces over the shared axis: ``(a_shape[1],)``.
         """
         return ()
 
-    def thin_axes(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    def thin_axes(self, *shapes: Any) -> tuple[int, ...]:
         """Loop axes a tile may cut below the planner's minimum side at no cost to the
         kernel (default none): a stack of matrices' batch axes, say, where a tile of
         one matrix runs the same BLAS call as a tile of many."""
         return ()
 
-    def index_map(self, out_region: Region, red_region: Region, *shapes) -> Sequence[Region | None]:
+    def index_map(
+        self, out_region: Region, red_region: Region, *shapes: Any
+    ) -> Sequence[Region | None]:
         """The region of each input that one step reads. Subclasses define it.
 
         **Arguments:**
@@ -170,7 +179,7 @@ class BlockParallelOp(_OpBase):
         """
         raise NotImplementedError(f"{self.name} must define index_map.")
 
-    def forward_block(self, *blocks: np.ndarray) -> np.ndarray:
+    def forward_block(self, *blocks: Any) -> np.ndarray:
         """The partial output tile computed from one step's input blocks (NumPy in, NumPy out).
 
         Subclasses define it (or `forward_into`); the partials of one output tile are
@@ -178,7 +187,7 @@ class BlockParallelOp(_OpBase):
         """
         raise NotImplementedError(f"{self.name} must define forward_block.")
 
-    def backward_block(self, g_block: np.ndarray, *blocks: np.ndarray):
+    def backward_block(self, g_block: np.ndarray, *blocks: Any) -> Sequence[np.ndarray | None]:
         """One gradient block per input for one step, shaped like that input's block.
 
         Subclasses define it to be differentiable.
@@ -202,11 +211,13 @@ class BlockParallelOp(_OpBase):
 
     # -- what the primitives call ---------------------------------------------
 
-    def forward(self, driver, *inputs):
+    def forward(self, driver: Driver, *inputs: Any) -> Any:
         """Run the operation through `Driver.forward` (the tiled loop); called by the primitive."""
         return driver.forward(self, inputs)
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self, driver: Driver, inputs: Sequence[Any], output: Any, g: Any, wants: Sequence[bool]
+    ) -> Sequence[Any]:
         """Run the backward pass through `Driver.backward`; called by the primitive."""
         return driver.backward(self, inputs, output, g, wants)
 
@@ -230,7 +241,7 @@ class CustomOp(_OpBase):
     `MemoryBudget` to stay within.
     """
 
-    def forward(self, driver, *inputs):
+    def forward(self, driver: Driver, *inputs: Any) -> Any:
         """The output, computed with the driver's toolkit. Subclasses define it.
 
         **Arguments:**
@@ -245,7 +256,9 @@ class CustomOp(_OpBase):
         """
         raise NotImplementedError(f"{self.name} must define forward(driver, *inputs).")
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self, driver: Driver, inputs: Sequence[Any], output: Any, g: Any, wants: Sequence[bool]
+    ) -> Sequence[Any]:
         """One gradient per input. Subclasses define it to be differentiable.
 
         **Arguments:**
@@ -264,7 +277,7 @@ class CustomOp(_OpBase):
         raise NotImplementedError(f"{self.name} must define backward to be differentiated.")
 
 
-def make_op(op_class: type[_OpBase], doc: str | None = None) -> Callable[..., Any]:
+def make_op(op_class: type[_OpBase], doc: str | None = None) -> Callable[..., Result]:
     """The public function for an operation class.
 
     **Arguments:**
@@ -283,7 +296,9 @@ def make_op(op_class: type[_OpBase], doc: str | None = None) -> Callable[..., An
         )
 
     @functools.wraps(op_class, assigned=("__module__",), updated=())
-    def fn(*arrays, budget: MemoryBudget | int | str | None = None, **config):
+    def fn(
+        *arrays: ArrayLike, budget: MemoryBudget | int | str | None = None, **config: Any
+    ) -> Result:
         return apply(op_class(**config), *arrays, budget=budget)
 
     fn.__name__ = fn.__qualname__ = _snake(op_class.__name__)
@@ -291,7 +306,9 @@ def make_op(op_class: type[_OpBase], doc: str | None = None) -> Callable[..., An
     return fn
 
 
-def apply(op: _OpBase, *arrays, budget: MemoryBudget | int | str | None = None):
+def apply(
+    op: _OpBase, *arrays: ArrayLike, budget: MemoryBudget | int | str | None = None
+) -> Result:
     """Run ``op`` on ``arrays`` (used by `make_op` and the built-in operations)."""
     if all(type_of(a) is None for a in arrays):
         raise TypeError(f"{op.name}: at least one argument must be a DiskArray.")
@@ -302,6 +319,7 @@ def _snake(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
-def frozen(cls):
+@dataclass_transform(frozen_default=True)
+def frozen(cls: type[_T]) -> type[_T]:
     """Decorator: a frozen, hashable dataclass (the usual shape of an op's config)."""
     return dataclasses.dataclass(frozen=True)(cls)

@@ -23,6 +23,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import NoReturn
+
+from ._array import DiskArray
 
 __all__ = [
     "refuse_checkpoint",
@@ -80,7 +85,7 @@ def _transformations() -> list[str]:
     as ``jacfwd`` of a function that ``jacrev`` made.
     """
     found: list[str] = []
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         module = next((m for m in _MODULES if code.co_filename.endswith(m)), None)
@@ -106,7 +111,7 @@ def _transformation(default: str) -> str:
     return found[-1]
 
 
-def _qualname(code_or_function) -> str:
+def _qualname(code_or_function: object) -> str:
     code = getattr(code_or_function, "__code__", code_or_function)
     return getattr(code, "co_qualname", getattr(code, "co_name", ""))
 
@@ -121,17 +126,17 @@ def _message(what: str, kind: str) -> str:
     )
 
 
-def refuse_forward_mode(op) -> None:
+def refuse_forward_mode(op: object) -> NoReturn:
     """For a primitive's ``jvp``/``lin`` rule: forward mode and what builds on it."""
     raise TypeError(_message(f"{op!r} was reached by forward-mode differentiation", "jvp"))
 
 
-def refuse_mapping(what: str) -> None:
+def refuse_mapping(what: str) -> NoReturn:
     """For ``batch`` rules and a type's ``inc_rank``/``dec_rank``."""
     raise TypeError(_message(what, "vmap"))
 
 
-def refuse_sharding(what: str) -> None:
+def refuse_sharding(what: str) -> NoReturn:
     """For a type's ``shard``/``unshard``/``nospec`` (``shard_map``, ``pmap``)."""
     raise TypeError(_message(what, "pmap"))
 
@@ -140,7 +145,7 @@ _READ_SHARDING = {"jacfwd", "jacrev", "shard_map", "pmap"}
 _LAX = os.sep + os.path.join("jax", "_src", "lax", "lax.py")
 
 
-def refuse_sharding_spec(shape) -> None:
+def refuse_sharding_spec(shape: Sequence[int]) -> NoReturn:
     """For a type's ``sharding``: refused under a transformation that reads it.
 
     `jax.jacfwd`/`jax.jacrev` read it to build their basis and `jax.shard_map` to
@@ -160,7 +165,7 @@ def refuse_sharding_spec(shape) -> None:
 
 
 def _called_from(filename: str, function: str) -> bool:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name == function and frame.f_code.co_filename.endswith(filename):
             return True
@@ -203,7 +208,7 @@ _FUNCTIONS = {
 }
 
 
-def refuse_jax_function(key: str, shape) -> None:
+def refuse_jax_function(key: str, shape: Sequence[int]) -> NoReturn:
     """For JAX's own function ``key`` (the primitive it binds, or its name on the stack)."""
     function, why, instead = _FUNCTIONS[key]
     raise TypeError(
@@ -211,7 +216,7 @@ def refuse_jax_function(key: str, shape) -> None:
     )
 
 
-def refuse_checkpoint(shape) -> None:
+def refuse_checkpoint(shape: Sequence[int]) -> None:
     """For a type's ``lower_val``: refused while `jax.checkpoint` lowers a DiskArray.
 
     `jax.checkpoint` (`jax.remat`) lowers its body's DiskArrays to their int32
@@ -220,7 +225,9 @@ def refuse_checkpoint(shape) -> None:
     attribute _handle" (under `jax.jit`). So a DiskArray reaching it is refused,
     with or without a gradient, whatever the body returns.
     """
-    frame = sys._getframe(1)  # every lowering asks: a plain walk, not _transformations
+    frame: FrameType | None = sys._getframe(
+        1
+    )  # every lowering asks: a plain walk, not _transformations
     while frame is not None and not frame.f_code.co_filename.endswith(_CHECKPOINT):
         frame = frame.f_back
     if frame is not None:
@@ -232,7 +239,7 @@ def refuse_checkpoint(shape) -> None:
         )
 
 
-def refuse_scan_over(shape) -> None:
+def refuse_scan_over(shape: Sequence[int]) -> NoReturn:
     """For a type's ``leading_axis_spec``: ``lax.scan``/``lax.map`` over its rows.
 
     JAX asks the same of a loop's per-step results (``unmapped_leading_aval``) when
@@ -247,7 +254,7 @@ def refuse_scan_over(shape) -> None:
     )
 
 
-def refuse_stacked_handles() -> None:
+def refuse_stacked_handles() -> NoReturn:
     """For `raise_val` of a handle with a leading axis: JAX stacked DiskArrays."""
     raise TypeError(
         "gradpipe.ooc: a JAX transformation tried to stack DiskArrays along a new axis "
@@ -258,14 +265,14 @@ def refuse_stacked_handles() -> None:
     )
 
 
-def refuse_int_grad_input(x) -> None:
+def refuse_int_grad_input(x: DiskArray) -> None:
     """Refuse an int or bool DiskArray as an input of `jax.grad`, as JAX refuses ints.
 
     `jax.grad` checks its inputs' dtypes in ``_check_input_dtype_revderiv``, but only
     for its own array type; a `DiskArray`'s type is asked for there, so the check is
     made here when that function is the caller (with its ``allow_int``).
     """
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(10):
         if frame is None:
             return
@@ -287,7 +294,7 @@ def refuse_int_grad_input(x) -> None:
         frame = frame.f_back
 
 
-def refuse_traced(*_) -> None:
+def refuse_traced(*_: object) -> NoReturn:
     """Refuse ``x[key] = value`` on a traced DiskArray (its aval's ``_setitem`` too)."""
     raise TypeError(
         "x[...] = value writes into a DiskArray in place, which JAX cannot trace (inside "

@@ -1,42 +1,45 @@
-"""The tile loop that runs a `BlockParallelOp` forward or backward on array files.
+"""The `Driver`: runs a `BlockParallelOp` forward or backward on array files.
 
-The loop walks output tiles in C order with the reduction tiles innermost. While
+A pass walks output tiles in C order with the reduction tiles innermost. While
 one step computes, a background thread reads the next step's input tiles (double
 buffering), so disk time hides behind the arithmetic when tiles are large. Block
 kernels are NumPy (OpenBLAS), measured faster than XLA's CPU matmul on this kind of
 machine (see ``benchmarks/ooc_kernel.py``); they run on the calling host thread.
+
+The driver plans each pass and owns its files; the loops over the steps are in
+`_tile_loops`, the choice of a chain over a file in `_fusion`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from ..planning import _stages
+from ..planning._array_file import ArrayFile
 from ..planning._budget import MemoryBudget, default_page_shape
-from ..planning._chain import (
-    MAX_DEPTH,
-    MAX_READ_FACTOR,
-    ChainFile,
-    is_chain,
-    read_factor,
-    settle,
-    too_deep,
-)
+from ..planning._chain import ChainFile, is_chain
+from ..planning._chain_readers import settle
 from ..planning._resident import InMemoryResult, is_resident
-from ..planning._tile_plan import first_tile, passes, stage_of, tile_plan
-from ..planning._tile_reads import plan_steps, prefetched, take, tile_count
+from ..planning._tile_plan import Plan, first_tile, passes, stage_of, tile_plan
+from ..planning._tile_reads import Step, plan_steps, tile_count
 from ..storage._allocator import use_mmap_for_tiles
 from ..storage._paged_file import PagedFile, Region
 from ._executor import current_executor
+from ._fusion import fuse, fuse_map, pick
 from ._held_results import hold_in_memory, track
+from ._store import Store
+from ._tile_loops import backward_steps, forward_steps
 
-__all__ = ["Driver", "Store", "set_progress"]
+if TYPE_CHECKING:
+    from tqdm.auto import tqdm
+
+__all__ = ["Driver", "Value", "set_progress"]
 
 _progress = [False]
 
@@ -49,47 +52,9 @@ def set_progress(enabled: bool) -> None:
     _progress[0] = bool(enabled)
 
 
-Value = PagedFile | np.ndarray  # an array file (or resident operand), or an in-memory value
-
-
-class Store:
-    """The block map that writes its one input as it is: how a chain is stored
-    (into a scratch file, or the file at ``path``)."""
-
-    name = "store"
-    fusable = False
-
-    def __init__(self, path=None):
-        self.path = path
-
-    def output_shape(self, s):
-        return s
-
-    def reduction_shape(self, s):
-        return ()
-
-    def output_dtype(self, d):
-        return d
-
-    accumulator_dtype = output_dtype
-
-    def thin_axes(self, s):
-        return ()
-
-    def index_map(self, out_r, red_r, s):
-        return (out_r,)
-
-    def forward_block(self, x):
-        return x
-
-
-def _page_like(inputs, shape, itemsize, budget) -> tuple[int, ...]:
-    """A chain's page shape: its first same-shaped input's, else the default."""
-    for v in inputs:
-        page = getattr(v, "page_shape", None)
-        if page and tuple(v.shape) == tuple(shape):
-            return tuple(page)
-    return default_page_shape(tuple(shape), itemsize, budget)
+#: An input or output of a pass: an array file (a resident operand, a chain, ...) or
+#: an in-memory value (a 0-d result, an array held in memory).
+Value = ArrayFile | np.ndarray
 
 
 class Driver:
@@ -99,7 +64,11 @@ class Driver:
     `run` (a nested block-parallel operation).
     """
 
-    def __init__(self, budget: MemoryBudget, name: str = "ooc", whole: MemoryBudget | None = None):
+    _bytes_for: Callable[[tuple[int, ...]], int]  # the last plan's bytes per step
+
+    def __init__(
+        self, budget: MemoryBudget, name: str = "ooc", whole: MemoryBudget | None = None
+    ) -> None:
         self.budget = budget
         self.name = name
         # the caller's whole budget (``budget`` may be what is left of it for the
@@ -109,7 +78,9 @@ class Driver:
 
     # -- toolkit -------------------------------------------------------------
 
-    def allocate(self, shape, dtype, page_shape=None) -> PagedFile:
+    def allocate(
+        self, shape: Sequence[int], dtype: DTypeLike, page_shape: Sequence[int] | None = None
+    ) -> PagedFile:
         """A new zero-filled scratch array file (call ``.commit()`` once written)."""
         shape = tuple(shape)
         if page_shape is None:
@@ -117,7 +88,9 @@ class Driver:
         return PagedFile.create(shape, dtype, page_shape)
 
     @contextlib.contextmanager
-    def writing(self, shape, dtype, page_shape=None) -> Iterator[PagedFile]:
+    def writing(
+        self, shape: Sequence[int], dtype: DTypeLike, page_shape: Sequence[int] | None = None
+    ) -> Iterator[PagedFile]:
         """A new scratch array file to fill inside the block: committed when the block
         ends, discarded (never left half-written) when it raises.
 
@@ -156,7 +129,7 @@ class Driver:
 
     # -- planning --------------------------------------------------------------
 
-    def _plan(self, op, inputs: Sequence[Value], phase: str, g=None) -> tuple[tuple, tuple, tuple]:
+    def _plan(self, op: Any, inputs: Sequence[Value], phase: str, g: Value | None = None) -> Plan:
         """The loop's shapes and tile; chains among the inputs (and the cotangent ``g``
         of a backward pass) that the cost rule says to write are written first
         (`ChainFile.should_store`)."""
@@ -179,7 +152,7 @@ class Driver:
             for v in to_store:
                 v.store(self)
 
-    def _bar(self, total: int, phase: str):
+    def _bar(self, total: int, phase: str) -> tqdm | None:
         if not _progress[0] or total < 2:
             return None
         from tqdm.auto import tqdm
@@ -188,69 +161,31 @@ class Driver:
 
     # -- forward ----------------------------------------------------------------
 
-    def fuse(self, op, inputs: Sequence[Value]) -> ChainFile | None:
-        """``op``'s output as a chain computed on read, when ``op`` is a block map
-        (``fusable``, no reduction axes) that reads no more than it makes; else None."""
-        if not getattr(op, "fusable", False):
-            return None
-        shapes = [tuple(v.shape) for v in inputs]
-        out_shape = tuple(op.output_shape(*shapes))
-        if not out_shape or 0 in out_shape or op.reduction_shape(*shapes):
-            return None
-        if read_factor(op, shapes, out_shape) > MAX_READ_FACTOR:
-            return None
-        for v in inputs:
-            if is_chain(v) and v.depth >= MAX_DEPTH:
-                v.store(self)
-        dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
-        page = _page_like(inputs, out_shape, dtype.itemsize, self.budget)
-        _stages.fused()
-        chain = ChainFile.forward(op, list(inputs), out_shape, dtype, page, self.budget.nbytes)
-        self._cut([chain], inputs)
-        return chain
+    def fuse(self, op: Any, inputs: Sequence[Value]) -> ChainFile | None:
+        """``op``'s output as a chain computed on read, or None (`_fusion.fuse`)."""
+        return fuse(self, op, inputs)
 
-    def pick(self, op, inputs: Sequence[Value]) -> ChainFile | None:
-        """``op``'s output as rows of its input read through (`PickedRows`), when
-        ``op`` offers it (``op.picked_rows``: a take along one axis by an index in
-        memory that names rows in runs); else None. A cluster's passes gather into
-        files (their tasks take files, not chains over other processes' arrays)."""
-        pick = getattr(op, "picked_rows", None)
-        if pick is None or current_executor() is not None:
-            return None
-        rows = pick(self, inputs)
-        if rows is None:
-            return None
-        _stages.fused()
-        return ChainFile.picking(rows, self.budget.nbytes)
+    def pick(self, op: Any, inputs: Sequence[Value]) -> ChainFile | None:
+        """``op``'s output as rows of its input read through, or None (`_fusion.pick`)."""
+        return pick(self, op, inputs)
 
-    def _cut(self, chains, sources) -> None:
-        """Write the chain ``sources`` of new ``chains`` that are too deep for their
-        budget (`too_deep`): the new chains then read them as stored inputs."""
-        if any(too_deep(c) for c in chains):
-            for v in sources:
-                if is_chain(v):
-                    v.store(self)
+    def fuse_map(
+        self,
+        label: str,
+        sources: Sequence[Value],
+        regions: Callable[[Region], Sequence[Region | None]],
+        compute: Callable[[list[Any]], Sequence[np.ndarray]],
+        shape: tuple[int, ...],
+        dtypes: Sequence[DTypeLike],
+    ) -> list[ChainFile]:
+        """Chains computed on read by one block function (`_fusion.fuse_map`)."""
+        return fuse_map(self, label, sources, regions, compute, shape, dtypes)
 
-    def fuse_map(self, label, sources, regions, compute, shape, dtypes) -> list[ChainFile]:
-        """Chains computed on read by one block function (a fused backward pass):
-        ``compute(blocks)`` gives one block per entry of ``dtypes`` for an output
-        region, from the ``regions(out_region)`` of ``sources``."""
-        for v in sources:
-            if is_chain(v) and v.depth >= MAX_DEPTH:
-                v.store(self)
-        page = _page_like(sources, shape, max(np.dtype(d).itemsize for d in dtypes), self.budget)
-        _stages.fused()
-        chains = ChainFile.gradients(
-            label, sources, regions, compute, shape, dtypes, page, self.budget.nbytes
-        )
-        self._cut(chains, sources)
-        return chains
-
-    def store(self, chain) -> Value:
+    def store(self, chain: ChainFile) -> Value:
         """``chain`` (a `ChainFile`) written to a scratch file: its stored copy."""
         return self.forward(Store(), [chain])
 
-    def forward(self, op, inputs: Sequence[Value]) -> Value:
+    def forward(self, op: Any, inputs: Sequence[Value]) -> Value:
         """Run ``op`` forward: a chain computed on read for a block map (`fuse`), else
         a new committed scratch file, a 0-d array, or an array held in memory
         (``op.in_memory_output``)."""
@@ -284,12 +219,21 @@ class Driver:
         ):
             return self._forward(op, inputs, plan, dtype, path, small)
 
-    def _forward(self, op, inputs, plan, dtype, path, small) -> Value:
+    def _forward(
+        self,
+        op: Any,
+        inputs: Sequence[Value],
+        plan: Plan,
+        dtype: np.dtype,
+        path: str | os.PathLike[str] | None,
+        small: bool,
+    ) -> Value:
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
         page = tile[: len(out_shape)]
         executor = current_executor()
         in_memory = getattr(op, "in_memory_output", False)
+        out: PagedFile | InMemoryResult | None
         if not out_shape:
             out = None
         elif in_memory and executor is None:
@@ -321,59 +265,29 @@ class Driver:
             return out.commit().read(None)
         return out.commit()
 
-    def forward_steps(self, op, inputs, step_iter, out, dtype, total=0):
-        """Run ``op`` forward over ``step_iter`` (`_tile_reads.steps`), writing each
-        finished output tile into ``out`` (None: a 0-d result); returns the last
-        accumulator (a 0-d result, or a partial one when the steps stop short of
-        the end of the reduction)."""
+    def forward_steps(
+        self,
+        op: Any,
+        inputs: Sequence[Value],
+        step_iter: Iterable[Step],
+        out: Any,
+        dtype: np.dtype,
+        total: int = 0,
+    ) -> Any:
+        """Run ``op`` forward over ``step_iter`` (`_tile_loops.forward_steps`), with a
+        progress bar over ``total`` steps."""
         bar = self._bar(total, "forward")
-        acc = None
-        # Finished output tiles are written on a second thread while the next tile
-        # computes; at most one write is pending, so two output tiles are alive.
-        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradpipe-ooc-write")
-        pending = None
-        # With `forward_into` the op writes and accumulates into an output tile the
-        # driver owns; tiles whose write has finished are reused.
-        into = getattr(op, "forward_into", None) if out is not None else None
-        written: list[np.ndarray] = []
-        pending_tile = None
-        try:
-            for (out_r, first, last, _), blocks in prefetched(step_iter, inputs):
-                if into is not None:
-                    if first:
-                        acc = take(written, tuple(s.stop - s.start for s in out_r), dtype)
-                    into(acc, *blocks, accumulate=not first)
-                else:
-                    part = op.forward_block(*blocks)
-                    if any(np.may_share_memory(part, b) for b in blocks):
-                        part = part.copy()  # blocks are recycled; `combine` may update in place
-                    acc = part if first else op.combine(acc, part)
-                    if last and hasattr(op, "finish"):
-                        acc = op.finish(acc)  # e.g. a mean's one division of the sum
-                if last and out is not None:
-                    if pending is not None:
-                        pending.result()
-                        if into is not None:
-                            written.append(pending_tile)
-                    pending, pending_tile = writer.submit(out.write, out_r, acc), acc
-                if bar is not None:
-                    bar.update()
-            if pending is not None:
-                pending.result()
-        except BaseException:
-            if pending is not None:
-                pending.exception()  # let the write finish before the file goes
-            raise
-        finally:
-            writer.shutdown()
-            if bar is not None:
-                bar.close()
-        return acc
+        return forward_steps(op, inputs, step_iter, out, dtype, bar)
 
     # -- backward ---------------------------------------------------------------
 
     def backward(
-        self, op, inputs: Sequence[Value], output: Value | None, g: Value, wants: Sequence[bool]
+        self,
+        op: Any,
+        inputs: Sequence[Value],
+        output: Value | None,
+        g: Value,
+        wants: Sequence[bool],
     ) -> list[Value | None]:
         """Gradients of ``op`` for every input where ``wants`` is true (else None).
 
@@ -384,7 +298,8 @@ class Driver:
         plan = self._plan(op, inputs, "backward", g)
         # gradient files of DiskArray inputs, each on disk or, when small, in memory
         files = [w and v.shape != () and not is_resident(v) for v, w in zip(inputs, wants)]
-        small, pending = [], 0
+        small: list[bool] = []
+        pending = 0
         cluster = current_executor() is not None
         for v, f in zip(inputs, files):
             nbytes = math.prod(v.shape) * np.dtype(v.dtype).itemsize if f else 0
@@ -404,7 +319,16 @@ class Driver:
         ):
             return self._backward(op, inputs, output, g, wants, plan, small)
 
-    def _backward(self, op, inputs, output, g, wants, plan, small) -> list[Value | None]:
+    def _backward(
+        self,
+        op: Any,
+        inputs: Sequence[Value],
+        output: Value | None,
+        g: Value,
+        wants: Sequence[bool],
+        plan: Plan,
+        small: Sequence[bool],
+    ) -> list[Value | None]:
         shapes = [tuple(v.shape) for v in inputs]
         out_shape, red_shape, tile = plan
         first_regions = op.index_map(*first_tile(out_shape, red_shape, tile), *shapes)
@@ -420,7 +344,8 @@ class Driver:
                 if held and not grads[-1].on_disk:
                     track(grads[-1])
         # sources: inputs, then g, then (optionally) the forward output
-        extra = [g] + ([output] if getattr(op, "backward_uses_output", False) else [])
+        # (an op whose backward uses its output is always given it)
+        extra = [g] + ([cast(Value, output)] if getattr(op, "backward_uses_output", False) else [])
         try:
             executor = current_executor()
             if executor is not None:
@@ -436,54 +361,17 @@ class Driver:
             raise
         return [gr.commit() if isinstance(gr, PagedFile) else gr for gr in grads]
 
-    def backward_steps(self, op, inputs, extra, step_iter, grads, shared=None, total=0):
-        """Run ``op`` backward over ``step_iter``, adding each step's input gradients
-        into ``grads`` (files; in-memory arrays for resident operands, added to in
-        place; 0-d arrays, replaced by their sums); a region written
-        for the first time by this call is written without reading it back.
-
-        ``shared`` (one set of region keys per input) names regions that other
-        callers write too: their gradients are summed here and returned (one dict
-        per input, region key to block) instead of written. ``extra`` is the
-        cotangent, then the forward output where the op's backward uses it.
-        """
-        n = len(inputs)
-        uses_out = len(extra) > 1
-        g = extra[0]
-        touched: list[set] = [set() for _ in inputs]
-        kept: list[dict] = [{} for _ in inputs]
-        step_iter = (
-            (o, f, la, (*rs, o if g.shape else None) + ((o,) if uses_out else ()))
-            for o, f, la, rs in step_iter
-        )
+    def backward_steps(
+        self,
+        op: Any,
+        inputs: Sequence[Value],
+        extra: Sequence[Value],
+        step_iter: Iterable[Step],
+        grads: list[Any],
+        shared: Sequence[set[tuple[tuple[int, int], ...]]] | None = None,
+        total: int = 0,
+    ) -> list[dict[tuple[tuple[int, int], ...], np.ndarray]]:
+        """Run ``op`` backward over ``step_iter`` (`_tile_loops.backward_steps`), with
+        a progress bar over ``total`` steps."""
         bar = self._bar(total, "backward")
-        try:
-            for (_, _, _, regions), blocks in prefetched(step_iter, [*inputs, *extra]):
-                args = (blocks[n], *([blocks[n + 1]] if uses_out else []), *blocks[:n])
-                parts = op.backward_block(*args)
-                for i, (gr, part) in enumerate(zip(grads, parts)):
-                    if gr is None or part is None:
-                        continue
-                    r = regions[i]
-                    if isinstance(gr, np.ndarray):
-                        if gr.ndim:  # a resident operand's gradient, held in memory
-                            view = gr[r]
-                            view += part
-                        else:
-                            grads[i] = np.asarray(gr + np.sum(part), gr.dtype)
-                        continue
-                    key = tuple((s.start, s.stop) for s in r)
-                    if shared is not None and key in shared[i]:
-                        have = kept[i].get(key)
-                        kept[i][key] = part.copy() if have is None else have + part
-                    elif key in touched[i]:
-                        gr.write(r, gr.read(r) + part)
-                    else:
-                        gr.write(r, part)
-                        touched[i].add(key)
-                if bar is not None:
-                    bar.update()
-        finally:
-            if bar is not None:
-                bar.close()
-        return kept
+        return backward_steps(op, inputs, extra, step_iter, grads, shared, bar)

@@ -15,31 +15,48 @@ Passes whose outputs are few tiles (a full reduction) split their reduction
 range across tasks instead and add the partial results here, in task order.
 Operations that run their own loop (`CustomOp`: sorting, gathers, cumulative
 operations, ``update_``) run in this process; their block-parallel steps go to the
-cluster.
+cluster. What a pass sends and what a worker runs are in `_cluster_tasks`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
-import os
-import pickle
+import pathlib
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
 from ..planning._budget import MemoryBudget
+from ..planning._resident import InMemoryResult
+from ..planning._tile_plan import Plan
 from ..planning._tile_reads import regions, steps, tile_count
-from ..storage._iostats import add_io, io_stats
-from ..storage._paged_file import PagedFile
+from ..storage._iostats import add_io
+from ..storage._paged_file import PagedFile, Region
 from ..storage._scratch import get_scratch_dir
+from ._cluster_tasks import Key, backward_task, can_read, dumps, forward_task
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from tqdm.auto import tqdm
 
 __all__ = ["DaskExecutor", "current_executor", "executor"]
 
 _lock = threading.Lock()
-_stack: list[DaskExecutor] = []
+_stack: list[DaskExecutor | None] = []
+
+_T = TypeVar("_T")
+
+
+class _Driver(Protocol):
+    """What a pass on the cluster asks of the `Driver` that plans it."""
+
+    budget: MemoryBudget
+    name: str
+
+    def _bar(self, total: int, phase: str) -> tqdm | None: ...
 
 
 def current_executor() -> DaskExecutor | None:
@@ -49,7 +66,7 @@ def current_executor() -> DaskExecutor | None:
 
 
 @contextlib.contextmanager
-def executor(target) -> Iterator[DaskExecutor | None]:
+def executor(target: Client | DaskExecutor | None) -> Iterator[DaskExecutor | None]:
     """Run the tile work of every out-of-core pass inside the block on ``target``.
 
     ```python
@@ -88,93 +105,17 @@ def executor(target) -> Iterator[DaskExecutor | None]:
             _stack.pop()
 
 
-def _split(items: list, parts: int) -> list[list]:
+def _split(items: list[_T], parts: int) -> list[list[_T]]:
     """``items`` cut into ``parts`` contiguous runs of nearly equal length."""
     parts = max(1, min(parts, len(items)))
     q, r = divmod(len(items), parts)
-    out, start = [], 0
+    out: list[list[_T]] = []
+    start = 0
     for k in range(parts):
         end = start + q + (k < r)
         out.append(items[start:end])
         start = end
     return out
-
-
-# ---------------------------------------------------------------- sending a pass
-
-
-class _PassUnpickler(pickle.Unpickler):
-    def persistent_load(self, pid):
-        kind, where, writable = pid
-        if kind == "memory-file":  # a small result held in memory: sent by value
-            values = where
-            f = PagedFile.create(values.shape, values.dtype, values.shape, in_memory=True)
-            f.write(None, values)
-            return f
-        if kind != "paged-file":
-            raise pickle.UnpicklingError(f"unknown file reference {kind!r}")
-        return PagedFile.open(where, writable=writable)
-
-
-def _dumps(obj) -> bytes:
-    """``obj`` pickled with its array files as references by path (a small result
-    held in memory: by value), and functions made inside other functions (kernels,
-    a chain's closures) by value."""
-    import cloudpickle
-
-    class PassPickler(cloudpickle.CloudPickler):
-        def persistent_id(self, obj):
-            if isinstance(obj, PagedFile) and not obj.on_disk:
-                return ("memory-file", obj.read(None), False)  # small (`_held_results`)
-            if isinstance(obj, PagedFile):
-                return ("paged-file", obj.path, obj.writable)
-            return None
-
-    buf = io.BytesIO()
-    PassPickler(buf, protocol=5).dump(obj)
-    return buf.getvalue()
-
-
-def _loads(data: bytes):
-    return _PassUnpickler(io.BytesIO(data)).load()
-
-
-# ---------------------------------------------------------------- on a worker
-
-
-def _forward_task(payload: bytes, out_regions, first_red: int, end_red, partial: bool):
-    """One task of a forward pass: its output tiles, written into the output file
-    (or its partial accumulator, returned); with the worker's I/O counts."""
-
-    op, inputs, out, dtype, shapes, red_shape, red_tile, budget, name, driver_type = _loads(payload)
-    before = io_stats()
-    driver = driver_type(MemoryBudget(budget), name)
-    step_iter = steps(op, shapes, out_regions, red_shape, red_tile, first_red, end_red)
-    if partial:  # the caller adds the partial results and finishes them
-        step_iter = ((o, f, False, r) for o, f, _, r in step_iter)
-    acc = driver.forward_steps(op, inputs, step_iter, None if partial else out, dtype)
-    keep = partial or out is None
-    return (np.asarray(acc) if keep else None), io_stats() - before
-
-
-def _backward_task(payload: bytes, out_regions):
-    """One task of a backward pass: gradients of regions no other task touches are
-    written; the others, and gradients held in memory (0-d, or of resident
-    operands: this task's sum), are returned."""
-
-    op, inputs, extra, grads, shapes, red_shape, red_tile, budget, name, shared, driver_type = (
-        _loads(payload)
-    )
-    before = io_stats()
-    driver = driver_type(MemoryBudget(budget), name)
-    step_iter = steps(op, shapes, out_regions, red_shape, red_tile)
-    kept = driver.backward_steps(op, inputs, extra, step_iter, grads, shared=shared)
-    in_memory = [g if isinstance(g, np.ndarray) else None for g in grads]
-    return kept, in_memory, io_stats() - before
-
-
-def _can_read(path: str) -> bool:
-    return os.path.exists(path)
 
 
 # ---------------------------------------------------------------- the executor
@@ -190,12 +131,12 @@ class DaskExecutor:
       balance the load and lose less to a dead worker; fewer pay less overhead).
     """
 
-    def __init__(self, client, *, tasks_per_thread: int = 2):
+    def __init__(self, client: Client, *, tasks_per_thread: int = 2) -> None:
         if tasks_per_thread < 1:
             raise ValueError(f"tasks_per_thread must be at least 1, not {tasks_per_thread}.")
         self.client = client
         self.tasks_per_thread = int(tasks_per_thread)
-        self._checked_dir = None
+        self._checked_dir: pathlib.Path | None = None
 
     def __repr__(self) -> str:
         return f"DaskExecutor({self.client!r}, tasks_per_thread={self.tasks_per_thread})"
@@ -217,7 +158,7 @@ class DaskExecutor:
         probe = scratch / f"probe-{uuid.uuid4().hex}"
         probe.touch()
         try:
-            seen = self.client.run(_can_read, str(probe))
+            seen = self.client.run(can_read, str(probe))
         finally:
             probe.unlink()
         blind = sorted(w for w, ok in seen.items() if not ok)
@@ -230,8 +171,14 @@ class DaskExecutor:
         self._checked_dir = scratch
 
     def _run(
-        self, driver, fn, payload: bytes, task_args: list[tuple], label: str, fold=None
-    ) -> list:
+        self,
+        driver: _Driver,
+        fn: Callable[..., Any],
+        payload: bytes,
+        task_args: list[tuple[Any, ...]],
+        label: str,
+        fold: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
         """Submit one task per entry of ``task_args``; their results in order (a
         progress bar counts finished tasks when progress is on). With ``fold``, each
         result is handed to ``fold`` in task order as soon as it and those before it
@@ -245,7 +192,7 @@ class DaskExecutor:
             for k, args in enumerate(task_args)
         ]
         index = {f.key: k for k, f in enumerate(futures)}
-        results: list = [None] * len(futures)
+        results: list[Any] = [None] * len(futures)
         folded = 0  # results before this one were handed to `fold`
         bar = driver._bar(len(futures), f"{label.rsplit('-', 1)[-1]} on the cluster")
         try:
@@ -269,7 +216,15 @@ class DaskExecutor:
 
     # -- passes ------------------------------------------------------------------
 
-    def forward(self, driver, op, inputs, plan, dtype, out):
+    def forward(
+        self,
+        driver: _Driver,
+        op: Any,
+        inputs: Sequence[Any],
+        plan: Plan,
+        dtype: np.dtype,
+        out: PagedFile | InMemoryResult | None,
+    ) -> Any:
         """Run a forward pass; returns its 0-d result (``out`` None) or None."""
 
         shapes = [tuple(v.shape) for v in inputs]
@@ -280,13 +235,14 @@ class DaskExecutor:
         n_red = tile_count(red_shape, red_tile)
         wanted = self._threads() * self.tasks_per_thread
         split_red = len(outs) < wanted and n_red > 1 and getattr(op, "forward_into", None) is None
+        tasks: list[tuple[list[Region], int, int | None, bool]]
         if split_red:
             per_tile = max(1, wanted // len(outs))
             runs = _split(list(range(n_red)), per_tile)
             tasks = [([o], run[0], run[-1] + 1, True) for o in outs for run in runs]
         else:
             tasks = [(group, 0, None, False) for group in _split(outs, wanted)]
-        payload = _dumps(
+        payload = dumps(
             (
                 op,
                 inputs,
@@ -300,10 +256,10 @@ class DaskExecutor:
                 type(driver),  # the worker runs its tiles with the caller's kind of driver
             )
         )
-        results = self._run(driver, _forward_task, payload, tasks, f"{op.name}-forward")
+        results = self._run(driver, forward_task, payload, tasks, f"{op.name}-forward")
         if not split_red:
             return results[0][0] if out is None else None
-        acc = {}
+        acc: dict[Key, Any] = {}
         for (group, *_), (part, _) in zip(tasks, results):
             key = tuple((s.start, s.stop) for s in group[0])
             acc[key] = part if key not in acc else op.combine(acc[key], part)
@@ -317,7 +273,15 @@ class DaskExecutor:
             finished.append(a)
         return finished[0] if out is None else None
 
-    def backward(self, driver, op, inputs, extra, plan, grads):
+    def backward(
+        self,
+        driver: _Driver,
+        op: Any,
+        inputs: Sequence[Any],
+        extra: Sequence[Any],
+        plan: Plan,
+        grads: list[Any],
+    ) -> list[Any]:
         """Run a backward pass into ``grads``; returns the gradients."""
 
         shapes = [tuple(v.shape) for v in inputs]
@@ -328,14 +292,15 @@ class DaskExecutor:
             list(regions(out_shape, tile[:n_out])), self._threads() * self.tasks_per_thread
         )
         # regions of an input gradient that several tasks add to are summed here
-        owners: list[dict] = [{} for _ in inputs]
+        owners: list[dict[Key, set[int]]] = [{} for _ in inputs]
         for t, group in enumerate(groups):
             for _, _, _, rs in steps(op, shapes, group, red_shape, red_tile):
                 for i, r in enumerate(rs):
                     if isinstance(grads[i], PagedFile):
+                        assert r is not None  # (a gradient file's input has a shape)
                         owners[i].setdefault(tuple((s.start, s.stop) for s in r), set()).add(t)
         shared = [{k for k, ts in d.items() if len(ts) > 1} for d in owners]
-        payload = _dumps(
+        payload = dumps(
             (
                 op,
                 inputs,
@@ -350,9 +315,9 @@ class DaskExecutor:
                 type(driver),
             )
         )
-        sums: list[dict] = [{} for _ in inputs]
+        sums: list[dict[Key, np.ndarray]] = [{} for _ in inputs]
 
-        def fold(result) -> None:
+        def fold(result: Any) -> None:
             # in task order, so that the sums do not depend on which task finished
             # first; each task's in-memory gradients are added as they arrive, not
             # all held until the last task ends
@@ -365,7 +330,7 @@ class DaskExecutor:
                     sums[i][key] = part if key not in sums[i] else sums[i][key] + part
 
         self._run(
-            driver, _backward_task, payload, [(g,) for g in groups], f"{op.name}-backward", fold
+            driver, backward_task, payload, [(g,) for g in groups], f"{op.name}-backward", fold
         )
         for i, parts in enumerate(sums):
             for key, block in parts.items():

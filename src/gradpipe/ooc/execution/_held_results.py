@@ -21,6 +21,7 @@ import threading
 import weakref
 
 from ..planning._budget import MemoryBudget
+from ..storage._paged_file import PagedFile
 
 __all__ = ["SMALL_SHARE", "TOTAL_SHARE", "held_bytes", "hold_in_memory", "track"]
 
@@ -47,7 +48,7 @@ def hold_in_memory(nbytes: int, budget: MemoryBudget, pending: int = 0) -> bool:
         return 0 < nbytes <= limit * SMALL_SHARE and total <= limit * TOTAL_SHARE
 
 
-def track(f) -> None:
+def track(f: PagedFile) -> None:
     """Count the in-memory file ``f`` as held until it is collected."""
     nbytes = f.nbytes
     with _lock:

@@ -12,7 +12,7 @@ data twice.
 A small result computed from a pending one is pending too (the product of the first
 sum with the weights, say), so that the pass waits until something outside reads a
 value: a `.compute()`, a larger pass, a 0-d result. Every pass resolves the pending
-results it reads before it starts (`_chain.settle`), so a pass never runs inside another.
+results it reads before it starts (`_chain_readers.settle`), so a pass never runs inside another.
 
 Sums are joined only where one pass gives each at least what its own would: sums
 of float32 or float64 data into their own dtype and counts of booleans, summed
@@ -29,27 +29,33 @@ import dataclasses
 import math
 import threading
 import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from ..planning._budget import default_page_shape
-from ..planning._chain import ChainFile, _Node, leaves, settle, watch
+from ..planning._array_file import ArrayFile
+from ..planning._budget import MemoryBudget, default_page_shape
+from ..planning._chain import ChainFile
+from ..planning._chain_graph import Node, leaves
 from ..planning._chain_read import current_region
-from ..storage._paged_file import PagedFile
+from ..planning._chain_readers import settle, watch
+from ..storage._paged_file import PagedFile, Region
 from ._driver import Driver
 from ._executor import current_executor
 from ._held_results import SMALL_SHARE, TOTAL_SHARE, track
 
 __all__ = ["PendingResult", "deferred", "is_pending"]
 
-_live: weakref.WeakSet = weakref.WeakSet()  # pending sums that others may join
+_live: weakref.WeakSet[PendingResult] = weakref.WeakSet()  # pending sums that others may join
 _lock = threading.RLock()
 
 #: The floats a joined pass sums in, and how many terms each holds counts exactly.
 _EXACT_TERMS = {np.dtype(np.float32): 2**24, np.dtype(np.float64): 2**53}
 
 
-def is_pending(f) -> bool:
+def is_pending(f: Any) -> bool:
     return isinstance(f, PendingResult) and f._file is None
 
 
@@ -57,13 +63,13 @@ class _Asked:
     """A file attribute that passes and handles ask of any file: ``default`` while
     the result is pending (asking computes nothing), the computed file's after."""
 
-    def __init__(self, default):
+    def __init__(self, default: Any) -> None:
         self.default = default
 
-    def __set_name__(self, owner, name):
+    def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, result, owner=None):
+    def __get__(self, result: PendingResult | None, owner: type | None = None) -> Any:
         if result is None:
             return self
         f = result._file
@@ -76,7 +82,7 @@ class PendingResult:
     attribute not asked of every file (`path`, `writable`, `write`, ...) is the
     computed file's, and computes it."""
 
-    waits_to_be_read = True  # `_chain.settle` resolves it before a pass reads it
+    waits_to_be_read = True  # `_chain_readers.settle` resolves it before a pass reads it
     is_scratch = _Asked(True)
     on_disk = _Asked(True)
     handle = _Asked(None)
@@ -86,9 +92,16 @@ class PendingResult:
     read_share = _Asked(1.0)
     buffers = _Asked(1)
 
-    def __init__(self, run, shape, dtype, page_shape, joint=None):
-        self._file = None
-        self._run = run
+    def __init__(
+        self,
+        run: Callable[[], Any],
+        shape: Sequence[int],
+        dtype: DTypeLike,
+        page_shape: Sequence[int],
+        joint: tuple[Any, Any, MemoryBudget] | None = None,
+    ) -> None:
+        self._file: Any = None  # the computed file
+        self._run: Callable[[], Any] | None = run
         self.joint = joint
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
@@ -97,12 +110,12 @@ class PendingResult:
             _live.add(self)
 
     @property
-    def stored(self):
+    def stored(self) -> Any:
         """The computed file, or None while pending (as a chain's `stored`: a write
-        into a file this reads computes it first, `_chain.settle_readers`)."""
+        into a file this reads computes it first, `_chain_readers.settle_readers`)."""
         return self._file
 
-    def store(self, driver=None):
+    def store(self, driver: Any = None) -> PendingResult:
         self.resolve()
         return self
 
@@ -110,7 +123,7 @@ class PendingResult:
     def nbytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
 
-    def resolve(self):
+    def resolve(self) -> Any:
         """The computed file (computing it, with the sums that can join it, first)."""
         if self._file is not None:  # readers of a computed result never wait
             return self._file
@@ -120,20 +133,21 @@ class PendingResult:
                 if len(batch) > 1:
                     _run_together(batch)
                 else:
+                    assert self._run is not None  # (dropped only once computed)
                     self._adopt(self._run())
         return self._file
 
-    def _adopt(self, f) -> None:
+    def _adopt(self, f: Any) -> None:
         self._file, self._run, self.joint = f, None, None
         _live.discard(self)
 
-    def read(self, region=None, out=None):
+    def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         return self.resolve().read(region, out)
 
-    def __reduce__(self):  # sent to a cluster's workers: the computed file
+    def __reduce__(self) -> str | tuple[Any, ...]:  # sent to a cluster's workers: the computed file
         return self.resolve().__reduce__()
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "joint":
             raise AttributeError(name)
         return getattr(self.resolve(), name)
@@ -146,17 +160,23 @@ class PendingResult:
 # ---------------------------------------------------------------- joined sums
 
 
-def _float_of(batch) -> np.dtype | None:
+def _joint(p: PendingResult) -> tuple[Any, Any, MemoryBudget]:
+    """``p``'s sum as ``(op, source, budget)`` (a pending sum others may join)."""
+    assert p.joint is not None  # (only such sums are joined)
+    return p.joint
+
+
+def _float_of(batch: Sequence[PendingResult]) -> np.dtype | None:
     """The float dtype a joined pass of ``batch``'s sums runs in (the widest of their
     floats), or None."""
-    floats = {np.dtype(p.joint[1].dtype) for p in batch} - {np.dtype(bool)}
+    floats = {np.dtype(_joint(p)[1].dtype) for p in batch} - {np.dtype(bool)}
     if not floats or not floats <= set(_EXACT_TERMS):
         return None
     return np.result_type(*floats)
 
 
 def _can_join(a: PendingResult, b: PendingResult) -> bool:
-    (op_a, src_a, _), (op_b, src_b, _) = a.joint, b.joint
+    (op_a, src_a, _), (op_b, src_b, _) = _joint(a), _joint(b)
     if type(op_a) is not type(op_b) or (op_a.axes, op_a.keepdims) != (op_b.axes, op_b.keepdims):
         return False
     if tuple(src_a.shape) != tuple(src_b.shape) or _float_of([a, b]) is None:
@@ -172,19 +192,19 @@ def _joiners(p: PendingResult) -> list[PendingResult]:
     if not joiners:
         return []
     f = _float_of([p, *joiners])
-    op, src, _ = p.joint
+    op, src, _ = _joint(p)
     terms = math.prod(src.shape[a] for a in op.axes)
     if f is None or terms >= _EXACT_TERMS[f]:
         return []
     for q in [p, *joiners]:  # each sum at least as precise as alone, in its own dtype
-        src = np.dtype(q.joint[1].dtype)
-        dt = np.dtype(q.joint[0].output_dtype(src))
+        src = np.dtype(_joint(q)[1].dtype)
+        dt = np.dtype(_joint(q)[0].output_dtype(src))
         if src != np.dtype(bool) and (dt.kind != "f" or dt.itemsize > f.itemsize):
             return []
     # the joined result is held whole: at most the share of the budget that all
     # results held in memory may take together
 
-    room = int(p.joint[2].nbytes * TOTAL_SHARE) // (math.prod(p.shape) * f.itemsize)
+    room = int(_joint(p)[2].nbytes * TOTAL_SHARE) // (math.prod(p.shape) * f.itemsize)
     return joiners[: max(room - 1, 0)]
 
 
@@ -194,33 +214,35 @@ def _run_together(batch: list[PendingResult]) -> None:
     each pending result adopts its slot, in its own dtype."""
 
     f = _float_of(batch)
-    op, first, budget = batch[0].joint
-    sources = [p.joint[1] for p in batch]
+    assert f is not None  # (`_joiners` joins only sums with a float to share)
+    op, first, budget = _joint(batch[0])
+    sources = [_joint(p)[1] for p in batch]
     n, ndim = len(sources), len(first.shape)
     axes = sorted(a % ndim for a in op.axes)
     at = axes[0]  # the slot axis
 
-    def slots(r) -> range:
+    def slots(r: Region) -> range:
         return range(r[at].start, r[at].stop)
 
-    def regions(r):  # a source whose slot lies outside the tile reads an empty box
+    def regions(r: Region) -> list[Region]:
+        # a source whose slot lies outside the tile reads an empty box
         own = (*r[:at], *r[at + 1 :])
         nothing = (slice(0, 0), *own[1:])
         return [own if i in slots(r) else nothing for i in range(n)]
 
-    def compute(blocks):
+    def compute(blocks: list[Any]) -> tuple[np.ndarray]:
         wanted = [np.asarray(blocks[i], f) for i in slots(current_region())]
         return (np.stack(wanted, axis=at),)
 
     page = tuple(getattr(first, "page_shape", first.shape))
-    node = _Node("stack", sources, regions, compute, (*first.shape[:at], n, *first.shape[at:]))
+    node = Node("stack", sources, regions, compute, (*first.shape[:at], n, *first.shape[at:]))
     stacked = ChainFile(node, 0, f, (*page[:at], n, *page[at:]), budget.nbytes)
     stacked.grain = (*(1,) * at, n, *(1,) * (ndim - at))  # tiles keep every slot (`_grain`)
     settle(sources)
     joined = dataclasses.replace(op, axes=tuple(a + 1 for a in axes), dtype=f.str)
-    values = Driver(budget, op.name).forward(joined, [stacked]).read(None)
+    values = cast(ArrayFile, Driver(budget, op.name).forward(joined, [stacked])).read(None)
     for i, p in enumerate(batch):
-        q_op, src, _ = p.joint
+        q_op, src, _ = _joint(p)
         dt = np.dtype(q_op.output_dtype(src.dtype))
         out = PagedFile.create(p.shape, dt, p.page_shape, in_memory=True)
         if not out.on_disk:
@@ -232,7 +254,13 @@ def _run_together(batch: list[PendingResult]) -> None:
 # ---------------------------------------------------------------- what waits
 
 
-def deferred(op, budget, values, out_type, run) -> PendingResult | None:
+def deferred(
+    op: Any,
+    budget: MemoryBudget,
+    values: Sequence[Any],
+    out_type: Any,
+    run: Callable[[], Any],
+) -> PendingResult | None:
     """``op``'s output as a `PendingResult` computed by ``run()`` when first read, or
     None to compute it now: a small (held) output of a sum (``op.joins_passes``) or
     of a pass over a pending result; never on a cluster (its workers compute what
@@ -246,7 +274,7 @@ def deferred(op, budget, values, out_type, run) -> PendingResult | None:
     dtype = np.dtype(out_type.dtype)
     if not 0 < math.prod(shape) * dtype.itemsize <= budget.nbytes * SMALL_SHARE:
         return None
-    arrays = [v for v in values if not isinstance(v, np.ndarray) and getattr(v, "shape", ())]
+    arrays = [v for v in values if not isinstance(v, np.ndarray) and bool(getattr(v, "shape", ()))]
     waits = any(is_pending(f) for v in arrays for f in leaves(v))
     joins = getattr(op, "joins_passes", False) and len(arrays) == 1 and not waits
     if not (waits or joins):

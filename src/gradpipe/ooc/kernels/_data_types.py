@@ -8,13 +8,16 @@ answer as NumPy 2 does.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = ["FloatInfo", "can_cast", "finfo", "iinfo", "isdtype", "result_type"]
 
 
-def _dtype_of(x) -> np.dtype | None:
+def _dtype_of(x: Any) -> np.dtype | None:
     """``x``'s dtype for a DiskArray (traced or not), an array or a dtype; else None."""
     dtype = getattr(x, "dtype", None)
     if dtype is not None and not isinstance(x, type):
@@ -30,12 +33,12 @@ class _ScalarsOnly(ValueError, TypeError):
     what xarray (asking one argument at a time) takes for "no promotion needed"."""
 
 
-def result_type(*arrays_and_dtypes):
+def result_type(*arrays_and_dtypes: Any) -> np.dtype:
     """The dtype the standard's promotion gives its arguments (arrays, dtypes, or
     Python scalars, which are weak as in NumPy 2)."""
     if not arrays_and_dtypes:
         raise ValueError("result_type needs at least one array or dtype.")
-    args = []
+    args: list[np.dtype | complex] = []
     for a in arrays_and_dtypes:
         if isinstance(a, (bool, int, float, complex)):
             args.append(a)
@@ -49,7 +52,7 @@ def result_type(*arrays_and_dtypes):
     return np.result_type(*args)
 
 
-def can_cast(from_, to, /) -> bool:
+def can_cast(from_: Any, to: DTypeLike, /) -> bool:
     """Whether ``from_`` (an array or dtype) casts to ``to`` by the standard's
     promotion rules (no loss: NumPy's ``"safe"`` casting)."""
     dtype = _dtype_of(from_)
@@ -71,7 +74,7 @@ class FloatInfo:
     dtype: np.dtype
 
 
-def finfo(type, /) -> FloatInfo:
+def finfo(type: Any, /) -> FloatInfo:
     """Machine limits of a floating or complex dtype (or an array's), as Python floats."""
     dtype = _dtype_of(type)
     if dtype is None or dtype.kind not in "fc":
@@ -87,12 +90,12 @@ def finfo(type, /) -> FloatInfo:
     )
 
 
-def iinfo(type, /):
+def iinfo(type: Any, /) -> np.iinfo[Any]:
     """Machine limits of an integer dtype (or an array's): NumPy's `iinfo`."""
     return np.iinfo(_dtype_of(type))
 
 
-_KINDS = {
+_KINDS: dict[str, Callable[[np.dtype], bool]] = {
     "bool": lambda d: d.kind == "b",
     "signed integer": lambda d: d.kind == "i",
     "unsigned integer": lambda d: d.kind == "u",
@@ -103,7 +106,7 @@ _KINDS = {
 }
 
 
-def isdtype(dtype, kind) -> bool:
+def isdtype(dtype: DTypeLike, kind: DTypeLike | str | tuple[Any, ...]) -> bool:
     """Whether ``dtype`` is of ``kind``: a dtype, one of the standard's kind names
     (``"bool"``, ``"signed integer"``, ``"unsigned integer"``, ``"integral"``,
     ``"real floating"``, ``"complex floating"``, ``"numeric"``), or a tuple of them."""

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src.interpreters import partial_eval as _pe
 from jax.extend.core import ClosedJaxpr
+from numpy.typing import DTypeLike
 
 from . import _numpy_eval
 from ._x64 import jax_value_dtype
@@ -31,15 +33,32 @@ __all__ = ["check_vjp", "kernel_dtype", "run_forward", "run_in_jax", "run_vjp", 
 
 _lock = threading.Lock()
 
+#: A block kernel: ``kernel(xp, *blocks, **params)`` (see the module).
+Kernel = Callable[..., Any]
+#: A kernel's parameters as ``(name, value)`` pairs (hashable, for the caches).
+Params = tuple[tuple[str, Any], ...]
+#: The stand-in blocks a VJP is traced on: ``(shape, dtype.str)`` for each input.
+Key = tuple[tuple[tuple[int, ...], str], ...]
 
-def run_forward(kernel: Callable, params: tuple, blocks) -> np.ndarray:
+
+class BlockType(Protocol):
+    """What a VJP's stand-in blocks are made from: an input's shape and dtype."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> DTypeLike: ...
+
+
+def run_forward(kernel: Kernel, params: Params, blocks: Sequence[Any]) -> np.ndarray:
     """``kernel(numpy, *blocks, **params)``, with NumPy's floating-point warnings off
     (``log(0)`` is ``-inf`` as in NumPy and JAX, not a warning per tile)."""
     with np.errstate(all="ignore"):
         return np.asarray(kernel(np, *blocks, **dict(params)))
 
 
-def run_in_jax(kernel: Callable, params: tuple, values):
+def run_in_jax(kernel: Kernel, params: Params, values: Sequence[Any]) -> jax.Array:
     """The same kernel on in-memory values: with NumPy when every value is concrete
     (so 0-d results have NumPy's values, special cases included, as DiskArray
     results do), with ``jax.numpy`` when one is traced. Either way a JAX array."""
@@ -54,13 +73,19 @@ def run_in_jax(kernel: Callable, params: tuple, values):
 
 
 @functools.lru_cache(maxsize=4096)
-def kernel_dtype(kernel: Callable, params: tuple, dtypes: tuple) -> np.dtype:
+def kernel_dtype(kernel: Kernel, params: Params, dtypes: tuple[np.dtype, ...]) -> np.dtype:
     """The dtype NumPy gives the kernel on inputs of ``dtypes`` (empty stand-ins)."""
     stand_ins = [np.empty(0, d) for d in dtypes]
     return run_forward(kernel, params, stand_ins).dtype
 
 
-def run_vjp(kernel: Callable, params: tuple, g: np.ndarray, blocks, wants) -> list:
+def run_vjp(
+    kernel: Kernel,
+    params: Params,
+    g: np.ndarray,
+    blocks: Sequence[np.ndarray],
+    wants: Sequence[bool],
+) -> list[np.ndarray | None]:
     """The cotangents of the wanted ``blocks`` given the output cotangent ``g``.
 
     **Returns:** one array per block, shaped like it (``None`` where not wanted);
@@ -76,7 +101,13 @@ def run_vjp(kernel: Callable, params: tuple, g: np.ndarray, blocks, wants) -> li
     return [next(outs) if w else None for w in wants]
 
 
-def check_vjp(kernel: Callable, params: tuple, types, wants, label: str) -> None:
+def check_vjp(
+    kernel: Kernel,
+    params: Params,
+    types: Sequence[BlockType],
+    wants: Sequence[bool],
+    label: str,
+) -> None:
     """Refuse, with a `TypeError` naming ``label``, a gradient JAX cannot take.
 
     Called while JAX traces the backward pass (before any data moves) on stand-in
@@ -98,13 +129,15 @@ def check_vjp(kernel: Callable, params: tuple, types, wants, label: str) -> None
         ) from None
 
 
-def _stand_in_key(types) -> tuple:
+def _stand_in_key(types: Sequence[BlockType]) -> Key:
     """The stand-in blocks a VJP is traced on: the inputs' dtypes, sides cut to 2
     (size-1 sides stay 1, so broadcasting is kept)."""
     return tuple((tuple(min(n, 2) for n in t.shape), np.dtype(t.dtype).str) for t in types)
 
 
-def vjp_reads(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]:
+def vjp_reads(
+    kernel: Kernel, params: Params, types: Sequence[BlockType], wants: Sequence[bool]
+) -> tuple[bool, ...]:
     """Which input blocks the kernel's VJP reads (the VJP of ``a - b`` reads
     neither, of ``a * b`` both): a fused backward pass need not compute the others.
     Decided on the stand-in shapes of `check_vjp`."""
@@ -113,7 +146,9 @@ def vjp_reads(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]
     return used[1:]
 
 
-def vjp_zeros(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]:
+def vjp_zeros(
+    kernel: Kernel, params: Params, types: Sequence[BlockType], wants: Sequence[bool]
+) -> tuple[bool, ...]:
     """Which wanted inputs get a cotangent that is zero whatever the output's (that
     of ``copysign(a, b)`` for ``b``): the VJP is linear in the output's cotangent, so
     one that does not read it is zero. JAX prunes such a cotangent as a symbolic zero
@@ -123,7 +158,9 @@ def vjp_zeros(kernel: Callable, params: tuple, types, wants) -> tuple[bool, ...]
 
 
 @functools.lru_cache(maxsize=1024)
-def _vjp_zeros(kernel, params, key, wants) -> tuple[bool, ...]:
+def _vjp_zeros(
+    kernel: Kernel, params: Params, key: Key, wants: tuple[bool, ...]
+) -> tuple[bool, ...]:
     """`vjp_zeros` for one kernel and stand-in types: decided once (every eager
     backward pass asks again)."""
     closed, _, used = _vjp_program(kernel, params, key, wants)
@@ -141,17 +178,19 @@ def _vjp_zeros(kernel, params, key, wants) -> tuple[bool, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _vjp_program(kernel, params, key, wants):
+def _vjp_program(
+    kernel: Kernel, params: Params, key: Key, wants: tuple[bool, ...]
+) -> tuple[ClosedJaxpr, np.dtype, tuple[bool, ...]]:
     specs = [jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in key]
     kwargs = dict(params)
 
-    def f(*blocks):
+    def f(*blocks: jax.Array) -> jax.Array:
         return kernel(jnp, *blocks, **kwargs)
 
-    def back(g, *blocks):
+    def back(g: jax.Array, *blocks: jax.Array) -> tuple[jax.Array, ...]:
         wanted = [b for b, w in zip(blocks, wants) if w]
 
-        def of_wanted(*values):
+        def of_wanted(*values: jax.Array) -> jax.Array:
             it = iter(values)
             return f(*[next(it) if w else b for b, w in zip(blocks, wants)])
 

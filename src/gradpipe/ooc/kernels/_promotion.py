@@ -25,10 +25,11 @@ as the host computes in it.)
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = [
     "canonical_dtype",
@@ -41,6 +42,17 @@ __all__ = [
 _WEAK_STAND_IN = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
 
 
+class Typed(Protocol):
+    """The abstract type of a DiskArray operand (traced or not): its dtype decides."""
+
+    @property
+    def dtype(self) -> DTypeLike: ...
+
+
+#: The abstract type of an operand that is a DiskArray (traced or not), else None.
+TypeOf = Callable[[Any], Typed | None]
+
+
 def is_constant(x: Any) -> bool:
     """Whether ``x`` is a host-side constant of an operation (not traced, no gradient)."""
     if isinstance(x, (bool, int, float, complex, np.generic)):
@@ -48,12 +60,12 @@ def is_constant(x: Any) -> bool:
     return isinstance(x, np.ndarray) and x.shape == ()
 
 
-def is_differentiable(dtype) -> bool:
+def is_differentiable(dtype: DTypeLike) -> bool:
     """Floating or complex: the dtypes JAX differentiates (others get no gradient)."""
     return np.issubdtype(np.dtype(dtype), np.inexact)
 
 
-def _role(x: Any, type_of) -> tuple[str, Any]:
+def _role(x: Any, type_of: TypeOf) -> tuple[str, Any]:
     """``("strong", dtype)`` or ``("weak", python_value)`` for one operand."""
     t = type_of(x)
     if t is not None:
@@ -73,7 +85,7 @@ def _role(x: Any, type_of) -> tuple[str, Any]:
     return "strong", np.dtype(dtype)
 
 
-def operand_dtypes(args: Sequence[Any], type_of, what: str) -> list[np.dtype]:
+def operand_dtypes(args: Sequence[Any], type_of: TypeOf, what: str) -> list[np.dtype]:
     """The dtype each operand enters ``what`` with.
 
     Strong operands keep theirs; weak ones (Python numbers, weakly typed JAX
@@ -97,7 +109,7 @@ def operand_dtypes(args: Sequence[Any], type_of, what: str) -> list[np.dtype]:
     return out
 
 
-def canonical_dtype(dtype) -> np.dtype:
+def canonical_dtype(dtype: DTypeLike) -> np.dtype:
     """The dtype JAX stores ``dtype`` as now (32-bit for 64-bit ones while x64 is off)."""
     import jax
 
@@ -109,7 +121,7 @@ def canonical_dtype(dtype) -> np.dtype:
         return np.dtype(jax.numpy.result_type(dtype))
 
 
-def to_primal_dtype(grad: np.ndarray, dtype) -> np.ndarray:
+def to_primal_dtype(grad: np.ndarray, dtype: DTypeLike) -> np.ndarray:
     """A gradient block in its primal's dtype: the real part for a real primal of a
     complex computation, as JAX's transpose of a real-to-complex cast gives."""
     dtype = np.dtype(dtype)

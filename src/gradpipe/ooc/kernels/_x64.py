@@ -26,8 +26,10 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from types import FrameType
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ._promotion import canonical_dtype
 
@@ -60,7 +62,7 @@ def default_dtypes() -> dict[str, np.dtype]:
     }
 
 
-def number_dtype(value) -> np.dtype:
+def number_dtype(value: complex | np.generic) -> np.dtype:
     """The dtype of an array made from a Python number (or a NumPy scalar) without a
     ``dtype``: bool for a bool, else the default of its kind."""
     if isinstance(value, (bool, np.bool_)):
@@ -73,7 +75,7 @@ def number_dtype(value) -> np.dtype:
     return defaults["real floating"]
 
 
-def accumulation_dtype(dtype) -> np.dtype:
+def accumulation_dtype(dtype: DTypeLike) -> np.dtype:
     """The dtype a sum or product of ``dtype`` values is computed in by default, as
     ``jax.numpy``'s: bools and signed ints give the default int (a wider int
     stays), unsigned ints the unsigned int of its width; others keep theirs."""
@@ -104,7 +106,7 @@ def index_dtype(largest: int, what: str) -> np.dtype:
     return dtype
 
 
-def jax_value_dtype(dtype, what: str) -> np.dtype:
+def jax_value_dtype(dtype: DTypeLike, what: str) -> np.dtype:
     """The dtype a result of ``dtype`` has as a JAX value: ``jnp.asarray``'s (a
     32-bit one for a 64-bit one while x64 is off).
 
@@ -138,7 +140,8 @@ def _caller_level() -> int:
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
         os.path.dirname(os.path.abspath(jax.__file__)) + os.sep,
     )
-    frame, level = sys._getframe(2), 2
+    frame: FrameType | None = sys._getframe(2)
+    level = 2
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(inside):
         frame, level = frame.f_back, level + 1
     return level

@@ -6,6 +6,7 @@ One module per family of the array API standard; each exports its functions in i
 
 from . import (
     _creation,
+    _cumulative,
     _differences,
     _einsum,
     _elementwise,
@@ -19,6 +20,7 @@ from . import (
     _take,
 )
 from ._creation import *  # noqa: F403
+from ._cumulative import *  # noqa: F403
 from ._differences import *  # noqa: F403
 from ._einsum import *  # noqa: F403
 from ._elementwise import *  # noqa: F403
@@ -37,6 +39,7 @@ from ._update import update_
 
 __all__ = [
     *_creation.__all__,
+    *_cumulative.__all__,
     *_differences.__all__,
     *_einsum.__all__,
     *_elementwise.__all__,

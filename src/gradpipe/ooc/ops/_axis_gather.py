@@ -14,18 +14,36 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..arrays._op import CustomOp, frozen
+from ..execution._driver import Driver, Value
 from ..kernels._promotion import to_primal_dtype
 from ..planning._budget import plan_tiles
+from ..storage._paged_file import Region
 from ._reshape import row_tile, tile_regions
 
 __all__ = ["AxisGather", "Cyclic", "Repeated", "RepeatedBy", "Same", "Shifted"]
 
 
 # ---------------------------------------------------------------- index maps
+
+
+class IndexMap(Protocol):
+    """What `AxisGather` asks of an axis's map (`Same`, `Shifted`, `Cyclic`, ...)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def injective(self) -> bool: ...
+    def source(self, i: np.ndarray) -> np.ndarray: ...
+
+
+#: An input run ``(start, stop, pos)``: its offset ``pos`` in the gathered block.
+_Run = tuple[int, int, int]
 
 
 @frozen
@@ -129,7 +147,7 @@ class RepeatedBy:
 # ---------------------------------------------------------------- the operation
 
 
-def _needs(m, r: slice):
+def _needs(m: IndexMap, r: slice) -> tuple[list[_Run], np.ndarray | None]:
     """For output range ``r`` of map ``m``: the input runs ``[(start, stop, pos)]``,
     where ``pos`` is the run's offset in the gathered block, and each output
     index's position in that block (``None`` when it is the identity)."""
@@ -153,7 +171,7 @@ class AxisGather(CustomOp):
     ``label`` names it in errors and progress bars.
     """
 
-    maps: tuple
+    maps: tuple[IndexMap, ...]
     lead: int = 0
     label: str = "gather"
 
@@ -161,34 +179,36 @@ class AxisGather(CustomOp):
     def name(self) -> str:
         return self.label
 
-    def output_shape(self, s):
+    def output_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(m.size for m in self.maps)
 
-    def output_dtype(self, dx):
+    def output_dtype(self, dx: np.dtype) -> np.dtype:
         return np.dtype(dx)
 
-    def _plan(self, driver, x, factor: int):
+    def _plan(self, driver: Driver, x: Value, factor: int) -> tuple[int, ...]:
         out_shape = self.output_shape(x.shape)
         sides = (1,) * self.lead + tuple(x.shape)
         item = np.dtype(x.dtype).itemsize
 
-        def bytes_for(tile):
+        def bytes_for(tile: tuple[int, ...]) -> int:
             gathered = math.prod(min(t, n) for t, n in zip(tile, sides))
             return item * factor * (math.prod(tile) + gathered)
 
         return plan_tiles(out_shape, bytes_for, driver.budget, what=f"{self.label} ({x.shape})")
 
-    def _tile_needs(self, region):
+    def _tile_needs(self, region: Region) -> list[tuple[list[_Run], np.ndarray | None]]:
         return [_needs(m, r) for m, r in zip(self.maps, region)]
 
-    def _boxes(self, needs):
+    def _boxes(
+        self, needs: list[tuple[list[_Run], np.ndarray | None]]
+    ) -> Iterator[tuple[Region, Region]]:
         """(input region, gathered-block region) for each combination of runs."""
         for combo in itertools.product(*[runs for runs, _ in needs]):
             src = tuple(slice(a, b) for a, b, _ in combo)[self.lead :]
             dst = tuple(slice(p, p + b - a) for a, b, p in combo)
             yield src, dst
 
-    def forward(self, driver, x):
+    def forward(self, driver: Driver, x: Value) -> Value:
         out_shape = self.output_shape(x.shape)
         if not out_shape:
             return np.asarray(driver.read(x, None)).reshape(())
@@ -208,7 +228,14 @@ class AxisGather(CustomOp):
                 out.write(region, block)
         return out
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> list[Value | None]:
         (x,) = inputs
         if not wants[0]:
             return [None]
@@ -239,7 +266,7 @@ class AxisGather(CustomOp):
         return [grad.commit()]
 
 
-def _read(driver, x, region, lead: int) -> np.ndarray:
+def _read(driver: Driver, x: Value, region: Region, lead: int) -> np.ndarray:
     block = np.asarray(driver.read(x, region if x.shape else None))
     return block.reshape((1,) * lead + block.shape)
 
@@ -249,11 +276,12 @@ def _add_along(block: np.ndarray, loc: np.ndarray, size: int, axis: int) -> np.n
     shape = list(block.shape)
     shape[axis] = size
     out = np.zeros(shape, block.dtype)
-    np.add.at(out, (slice(None),) * axis + (loc,), block)
+    index: tuple[Any, ...] = (slice(None),) * axis + (loc,)
+    np.add.at(out, index, block)
     return out
 
 
-def _sum_tiles(driver, g, shape) -> np.ndarray:
+def _sum_tiles(driver: Driver, g: Value, shape: tuple[int, ...]) -> np.ndarray:
     """The sum of every element of ``g`` (of ``shape``), read tile by tile."""
     if isinstance(g, np.ndarray):
         return np.sum(g)

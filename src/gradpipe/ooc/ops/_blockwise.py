@@ -10,12 +10,19 @@ kernel, so a new elementwise function is one line: its kernel.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._op import BlockParallelOp, apply, frozen
+from ..arrays._primitives import InType
+from ..execution._driver import Driver, Value
 from ..kernels._kernel import (
+    Kernel,
+    Params,
     check_vjp,
     kernel_dtype,
     run_forward,
@@ -25,13 +32,15 @@ from ..kernels._kernel import (
     vjp_zeros,
 )
 from ..kernels._promotion import is_differentiable, to_primal_dtype
-from ..planning._chain import Unread
+from ..planning._chain_graph import Unread
 from ..planning._resident import is_resident
+from ..storage._paged_file import Region
+from ._arg_types import BudgetLike
 
 __all__ = ["Blockwise", "blockwise"]
 
 
-def broadcast_region(out_r, shape):
+def broadcast_region(out_r: Region, shape: tuple[int, ...]) -> Region | None:
     """The region of an input of ``shape`` that an output tile ``out_r`` reads."""
     if not shape:
         return None
@@ -50,49 +59,51 @@ class Blockwise(BlockParallelOp):
 
     fusable = True
 
-    kernel: Callable
+    kernel: Kernel
     label: str
-    params: tuple = ()
-    wants: tuple | None = None
+    params: Params = ()
+    wants: tuple[bool, ...] | None = None
 
     @property
     def name(self) -> str:
         return self.label
 
-    def output_shape(self, *shapes):
+    def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         try:
             return tuple(np.broadcast_shapes(*shapes))
         except ValueError:
             listed = " and ".join(str(tuple(s)) for s in shapes)
             raise ValueError(f"{self.label}: shapes {listed} do not broadcast together.") from None
 
-    def output_dtype(self, *dtypes):
+    def output_dtype(self, *dtypes: DTypeLike) -> np.dtype:
         try:
             return kernel_dtype(self.kernel, self.params, tuple(np.dtype(d) for d in dtypes))
         except TypeError as error:  # e.g. bitwise_and of floats, negative of bools
             names = ", ".join(np.dtype(d).name for d in dtypes)
             raise TypeError(f"{self.label} is not defined for {names} arrays: {error}") from None
 
-    def index_map(self, out_r, red_r, *shapes):
+    def index_map(
+        self, out_r: Region, red_r: Region, *shapes: tuple[int, ...]
+    ) -> tuple[Region | None, ...]:
         return tuple(broadcast_region(out_r, s) for s in shapes)
 
-    def forward_block(self, *blocks):
+    def forward_block(self, *blocks: np.ndarray) -> np.ndarray:
         out = run_forward(self.kernel, self.params, blocks)
         dtype = self.output_dtype(*[b.dtype for b in blocks])
         return out if out.dtype == dtype else out.astype(dtype)
 
-    def chain_kernel(self, dtype):
+    def chain_kernel(self, dtype: np.dtype) -> Callable[[Sequence[np.ndarray]], tuple[np.ndarray]]:
         """``forward_block`` for reads through a chain: NumPy's warnings are already
         off there and the output dtype is known, so each piece is one kernel call."""
         kernel, params = self.kernel, dict(self.params)
 
-        def compute(blocks):
+        def compute(blocks: Sequence[np.ndarray]) -> tuple[np.ndarray]:
             out = np.asarray(kernel(np, *blocks, **params))
             return (out if out.dtype == dtype else out.astype(dtype),)
 
         return compute
 
-    def backward_block(self, g, *blocks):
+    def backward_block(self, g: np.ndarray, *blocks: np.ndarray) -> tuple[np.ndarray | None, ...]:
         wants = self.wants if self.wants is not None else (True,) * len(blocks)
         wants = tuple(bool(w) and is_differentiable(b.dtype) for w, b in zip(wants, blocks))
         if not any(wants):
@@ -102,7 +113,9 @@ class Blockwise(BlockParallelOp):
             None if gr is None else to_primal_dtype(gr, b.dtype) for gr, b in zip(grads, blocks)
         )
 
-    def zero_cotangents(self, in_types, wants) -> tuple[bool, ...]:
+    def zero_cotangents(
+        self, in_types: Sequence[InType], wants: Sequence[bool]
+    ) -> tuple[bool, ...]:
         """The wanted inputs whose cotangent is zero whatever the output's (`vjp_zeros`)."""
         wants = [bool(w) and is_differentiable(t.dtype) for w, t in zip(wants, in_types)]
         if not any(wants):
@@ -112,12 +125,19 @@ class Blockwise(BlockParallelOp):
         except Exception:  # no VJP at all: `check_differentiable` refuses it, clearly
             return (False,) * len(wants)
 
-    def check_differentiable(self, in_types, wants) -> None:
+    def check_differentiable(self, in_types: Sequence[InType], wants: Sequence[bool]) -> None:
         wants = [bool(w) and is_differentiable(t.dtype) for w, t in zip(wants, in_types)]
         if any(wants):
             check_vjp(self.kernel, self.params, in_types, wants, self.label)
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> list[Value | None]:
         """Gradients of inputs of the output's shape are chains computed on read (the
         kernel's VJP per block, recomputing the forward chain there); those of
         broadcast inputs are summed over tiles in one pass that writes them, and
@@ -133,19 +153,21 @@ class Blockwise(BlockParallelOp):
             and not is_resident(v)
         ]
         rest = [bool(w) and i not in fused for i, w in enumerate(wants)]
-        grads = [None] * len(inputs)
+        grads: list[Value | None] = [None] * len(inputs)
         if any(rest):
             op = dataclasses.replace(self, wants=tuple(rest))
             grads = list(driver.backward(op, inputs, output, g, rest))
         if fused:
-            op = dataclasses.replace(self, wants=tuple(i in fused for i in range(len(inputs))))
+            fused_wants = tuple(i in fused for i in range(len(inputs)))
+            op = dataclasses.replace(self, wants=fused_wants)
 
-            def compute(blocks):
+            def compute(blocks: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
                 parts = op.backward_block(blocks[0], *blocks[1:])
-                return tuple(parts[i] for i in fused)
+                # wanted and differentiable, each fused input has a cotangent
+                return tuple(cast(np.ndarray, parts[i]) for i in fused)
 
             # inputs the VJP does not read are not computed (nor their chains)
-            reads = vjp_reads(self.kernel, self.params, inputs, op.wants)
+            reads = vjp_reads(self.kernel, self.params, inputs, fused_wants)
             sources = [
                 v if r or not v.shape else Unread(v.shape, v.dtype) for v, r in zip(inputs, reads)
             ]
@@ -162,7 +184,13 @@ class Blockwise(BlockParallelOp):
         return grads
 
 
-def blockwise(kernel: Callable, label: str, *operands, budget=None, **params):
+def blockwise(
+    kernel: Kernel,
+    label: str,
+    *operands: ArrayLike,
+    budget: BudgetLike = None,
+    **params: Any,
+) -> Result:
     """Apply ``kernel`` blockwise to ``operands``: DiskArrays (traced or not), 0-d
     JAX values or Python numbers. With no `DiskArray` among them the kernel runs in
     memory on ``jax.numpy`` (a 0-d result is a JAX array, as every 0-d result is)."""

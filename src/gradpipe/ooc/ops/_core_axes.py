@@ -15,18 +15,32 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arrays._hijax import DiskArrayType, scalar_type, type_of
+from ..arrays._array import ArrayLike, Result
+from ..arrays._hijax import DiskArrayType, ShapedArray, scalar_type, type_of
 from ..arrays._op import CustomOp, apply, frozen
-from ..kernels._kernel import _vjp_program, run_forward, run_in_jax, run_vjp
+from ..execution._driver import Driver, Value
+from ..kernels._kernel import (
+    BlockType,
+    Kernel,
+    Key,
+    Params,
+    _vjp_program,
+    run_forward,
+    run_in_jax,
+    run_vjp,
+)
 from ..kernels._numpy_eval import unsupported
 from ..kernels._promotion import is_differentiable, to_primal_dtype
 from ..planning._budget import plan_tiles
+from ..storage._paged_file import PagedFile, Region
+from ._arg_types import BudgetLike
 from ._reshape import tile_regions
 
 __all__ = ["CoreAxes", "core_axes"]
@@ -39,7 +53,7 @@ _BACKWARD_COPIES = 8
 
 
 @functools.lru_cache(maxsize=1024)
-def _core_result(kernel, params, key) -> tuple[tuple[int, ...], np.dtype]:
+def _core_result(kernel: Kernel, params: Params, key: Key) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and dtype ``jax.numpy`` gives the kernel on stand-ins of ``key``."""
     specs = [jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in key]
     with jax.enable_x64(True):
@@ -64,11 +78,11 @@ class CoreAxes(CustomOp):
     64-bit types on); the forward pass casts NumPy's result to that dtype.
     """
 
-    kernel: Callable
+    kernel: Kernel
     label: str
     core: tuple[tuple[int, ...], ...]
     out_core: tuple[int, ...]
-    params: tuple = ()
+    params: Params = ()
     differentiable: bool = True
 
     @property
@@ -77,11 +91,11 @@ class CoreAxes(CustomOp):
 
     # -- shapes --------------------------------------------------------------
 
-    def _batch(self, i: int, shape) -> tuple[int, ...]:
+    def _batch(self, i: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         core = {a % len(shape) for a in self.core[i]}
         return tuple(n for a, n in enumerate(shape) if a not in core)
 
-    def _loop_shape(self, *shapes) -> tuple[int, ...]:
+    def _loop_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         batches = [self._batch(i, s) for i, s in enumerate(shapes)]
         try:
             return tuple(np.broadcast_shapes(*batches))
@@ -91,21 +105,25 @@ class CoreAxes(CustomOp):
                 f"{self.label}: the batch axes of shapes {listed} do not broadcast together."
             ) from None
 
-    def _stand_in(self, i: int, shape) -> tuple[int, ...]:
+    def _stand_in(self, i: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         """``shape`` with its batch axes cut to 1."""
         core = {a % len(shape) for a in self.core[i]}
         return tuple(n if a in core else 1 for a, n in enumerate(shape))
 
-    def _result(self, shapes, dtypes):
+    def _result(
+        self, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[Any]
+    ) -> tuple[tuple[int, ...], np.dtype]:
         key = tuple(
             (self._stand_in(i, s), np.dtype(d).str) for i, (s, d) in enumerate(zip(shapes, dtypes))
         )
         return _core_result(self.kernel, self.params, key)
 
-    def output_shape(self, *shapes):
+    def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         return self._output(shapes, [np.float64] * len(shapes))[0]
 
-    def _output(self, shapes, dtypes) -> tuple[tuple[int, ...], np.dtype]:
+    def _output(
+        self, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[Any]
+    ) -> tuple[tuple[int, ...], np.dtype]:
         """The output's shape and dtype: batch axes from the loop, core ones from JAX."""
         loop = self._loop_shape(*shapes)
         stand_in, dtype = self._result(shapes, dtypes)
@@ -119,7 +137,7 @@ class CoreAxes(CustomOp):
         it = iter(loop)
         return tuple(stand_in[a] if a in core else next(it) for a in range(n_out)), dtype
 
-    def out_type(self, *in_types):
+    def out_type(self, *in_types: BlockType) -> DiskArrayType | ShapedArray:
         shape, dtype = self._output([t.shape for t in in_types], [t.dtype for t in in_types])
         if shape:
             return DiskArrayType(shape, dtype)
@@ -127,29 +145,36 @@ class CoreAxes(CustomOp):
 
     # -- tiles ---------------------------------------------------------------
 
-    def _in_region(self, i: int, shape, loop_r) -> tuple[slice, ...]:
+    def _in_region(self, i: int, shape: tuple[int, ...], loop_r: Region) -> Region:
         core = {a % len(shape) for a in self.core[i]}
         batch = self._batch(i, shape)
         own = loop_r[len(loop_r) - len(batch) :] if batch else ()
         it = iter(slice(0, 1) if n == 1 else r for n, r in zip(batch, own))
         return tuple(slice(0, n) if a in core else next(it) for a, n in enumerate(shape))
 
-    def _out_region(self, out_shape, loop_r) -> tuple[slice, ...]:
+    def _out_region(self, out_shape: tuple[int, ...], loop_r: Region) -> Region:
         core = {a % len(out_shape) for a in self.out_core}
         it = iter(loop_r)
         return tuple(slice(0, n) if a in core else next(it) for a, n in enumerate(out_shape))
 
-    def _tiles(self, driver, inputs, out_shape, out_item: int, copies: int) -> list:
+    def _tiles(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        out_shape: tuple[int, ...],
+        out_item: int,
+        copies: int,
+    ) -> list[Region]:
         """The loop regions, planned from the budget; refuses (MemoryError) when one
         batch element's core axes alone exceed it."""
         shapes = [tuple(x.shape) for x in inputs]
         items = [np.dtype(x.dtype).itemsize for x in inputs]
         loop = self._loop_shape(*shapes)
 
-        def nbytes(region, item):
+        def nbytes(region: Region, item: int) -> int:
             return math.prod(s.stop - s.start for s in region) * item
 
-        def bytes_for(tile):
+        def bytes_for(tile: tuple[int, ...]) -> int:
             loop_r = tuple(slice(0, t) for t in tile)
             ins = sum(
                 nbytes(self._in_region(i, s, loop_r), n)
@@ -172,7 +197,7 @@ class CoreAxes(CustomOp):
 
     # -- forward and backward -----------------------------------------------
 
-    def forward(self, driver, *inputs):
+    def forward(self, driver: Driver, *inputs: Value) -> Value:
         out_shape, dtype = self._output([x.shape for x in inputs], [x.dtype for x in inputs])
         tiles = self._tiles(driver, inputs, out_shape, dtype.itemsize, _FORWARD_COPIES)
         if not out_shape:  # one element, checked against the budget above
@@ -190,7 +215,7 @@ class CoreAxes(CustomOp):
                 out.write(region, np.ascontiguousarray(np.broadcast_to(result, want), dtype))
         return out
 
-    def check_differentiable(self, in_types, wants) -> None:
+    def check_differentiable(self, in_types: Sequence[BlockType], wants: Sequence[bool]) -> None:
         wants = [bool(w) and is_differentiable(t.dtype) for w, t in zip(wants, in_types)]
         if not any(wants):
             return
@@ -217,14 +242,23 @@ class CoreAxes(CustomOp):
                 "gradient before it (jax.lax.stop_gradient) or compute it in memory."
             ) from None
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> list[Value | None]:
         wants = [bool(w) and is_differentiable(x.dtype) for w, x in zip(wants, inputs)]
         if not any(wants):
             return [None] * len(inputs)
         out_shape = tuple(output.shape)
         out_item = np.dtype(output.dtype).itemsize
-        grads = [driver.allocate(x.shape, x.dtype) if w else None for x, w in zip(inputs, wants)]
-        touched: list[set] = [set() for _ in inputs]
+        grads: list[PagedFile | None] = [
+            driver.allocate(x.shape, x.dtype) if w else None for x, w in zip(inputs, wants)
+        ]
+        touched: list[set[tuple[tuple[int, int], ...]]] = [set() for _ in inputs]
         try:
             for loop_r in self._tiles(driver, inputs, out_shape, out_item, _BACKWARD_COPIES):
                 regions = [self._in_region(i, x.shape, loop_r) for i, x in enumerate(inputs)]
@@ -232,14 +266,16 @@ class CoreAxes(CustomOp):
                 g_block = driver.read(g, self._out_region(out_shape, loop_r) if out_shape else None)
                 parts = run_vjp(self.kernel, self.params, g_block, blocks, wants)
                 for i, part in enumerate(parts):
+                    grad = grads[i]
                     if part is None:
                         continue
+                    assert grad is not None  # a part only where a gradient is wanted
                     part = to_primal_dtype(part, inputs[i].dtype)
                     key = tuple((s.start, s.stop) for s in regions[i])
                     if key in touched[i]:
-                        part = grads[i].read(regions[i]) + part
+                        part = grad.read(regions[i]) + part
                     touched[i].add(key)
-                    grads[i].write(regions[i], np.ascontiguousarray(part))
+                    grad.write(regions[i], np.ascontiguousarray(part))
         except BaseException:
             for gr in grads:
                 if gr is not None:
@@ -249,15 +285,15 @@ class CoreAxes(CustomOp):
 
 
 def core_axes(
-    kernel: Callable,
+    kernel: Kernel,
     label: str,
-    *operands,
+    *operands: ArrayLike,
     core: tuple[tuple[int, ...], ...],
     out_core: tuple[int, ...],
     differentiable: bool = True,
-    budget=None,
-    **params,
-):
+    budget: BudgetLike = None,
+    **params: Any,
+) -> Result:
     """Apply ``kernel`` over the ``core`` axes of ``operands``, tiled along the others.
 
     With no `DiskArray` among the operands the kernel runs in memory (NumPy for

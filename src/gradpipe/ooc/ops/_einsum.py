@@ -13,12 +13,16 @@ operand (a diagonal) is refused. Differentiable as the operations it is made of.
 from __future__ import annotations
 
 import string
+from collections.abc import Callable, Sequence
+from typing import Any, cast, overload
 
 import jax.numpy as jnp
 import numpy as np
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
 from ..kernels._promotion import canonical_dtype
+from ._arg_types import BudgetLike
 from ._elementwise import astype, multiply
 from ._layout import transpose
 from ._linalg import tensordot
@@ -28,18 +32,20 @@ from ._reduce import sum
 __all__ = ["einsum"]
 
 
-def _routed(name: str, in_memory, on_disk):
+def _routed(
+    name: str, in_memory: Callable[..., Any], on_disk: Callable[..., Any]
+) -> Callable[..., Any]:
     """``in_memory`` (a ``jax.numpy`` function), or ``on_disk`` (this namespace's
     ``name``) when a DiskArray is among the arguments."""
 
-    def fn(*args, **kwargs):
+    def fn(*args: Any, **kwargs: Any) -> Any:
         if any(type_of(a) is not None for a in args):
             return on_disk(*args, **kwargs)
         return in_memory(*args, **kwargs)
 
     fn.__name__ = name
     fn.__doc__ = f"``jax.numpy.{name}``, or ``gradpipe.ooc.{name}`` for DiskArrays."
-    fn.routes_disk_arrays = True
+    fn.routes_disk_arrays = True  # type: ignore[attr-defined]  # a mark on the function
     return fn
 
 
@@ -69,12 +75,12 @@ def register_with_opt_einsum() -> None:
             cached[(name, "jax")] = _routed(name, current, on_disk)
 
 
-def _shape(x) -> tuple[int, ...]:
+def _shape(x: ArrayLike) -> tuple[int, ...]:
     t = type_of(x)
     return tuple(t.shape) if t is not None else tuple(np.shape(x))
 
 
-def _parse(subscripts: str, shapes) -> tuple[list[str], str]:
+def _parse(subscripts: str, shapes: Sequence[tuple[int, ...]]) -> tuple[list[str], str]:
     """Each operand's labels and the output's, with ``...`` spelled out as capital
     letters (right-aligned across operands, as NumPy broadcasts them)."""
     text = subscripts.replace(" ", "")
@@ -115,7 +121,11 @@ def _parse(subscripts: str, shapes) -> tuple[list[str], str]:
     return labels, out
 
 
-def _line_up(x, labels: str, order: str, budget):
+@overload
+def _line_up(x: Result, labels: str, order: str, budget: BudgetLike) -> Result: ...
+@overload
+def _line_up(x: ArrayLike, labels: str, order: str, budget: BudgetLike) -> ArrayLike: ...
+def _line_up(x: ArrayLike, labels: str, order: str, budget: BudgetLike) -> ArrayLike:
     """``x`` with its axes in ``order`` (a size-1 axis for each label it lacks)."""
     mine = [c for c in order if c in labels]
     perm = tuple(labels.index(c) for c in mine)
@@ -125,7 +135,7 @@ def _line_up(x, labels: str, order: str, budget):
     return expand_dims(x, missing, budget=budget) if missing else x
 
 
-def _sum_own(x, labels: str, keep: str, budget):
+def _sum_own(x: ArrayLike, labels: str, keep: str, budget: BudgetLike) -> tuple[ArrayLike, str]:
     """``x`` summed over the labels no other operand and not the output has."""
     axes = tuple(i for i, c in enumerate(labels) if c not in keep)
     if not axes:
@@ -134,7 +144,7 @@ def _sum_own(x, labels: str, keep: str, budget):
     return out, "".join(c for c in labels if c in keep)
 
 
-def _dtype(x) -> np.dtype:
+def _dtype(x: ArrayLike) -> np.dtype:
     """``x``'s dtype as an operand: an in-memory one's as JAX holds it (32 bits for
     64 while x64 is off), as the operations einsum is made of see it."""
     t = type_of(x)
@@ -143,7 +153,7 @@ def _dtype(x) -> np.dtype:
     return canonical_dtype(np.result_type(getattr(x, "dtype", x)))
 
 
-def _promoted(operands, budget) -> list:
+def _promoted(operands: Sequence[ArrayLike], budget: BudgetLike) -> list[ArrayLike]:
     """The operands, a bool or integer one converted to the dtype all of them
     promote to when that is another kind (as ``jnp.einsum`` computes): a bool
     summed on its own would otherwise count in integers, and promote the result
@@ -159,7 +169,9 @@ def _promoted(operands, budget) -> list:
     return out
 
 
-def einsum(subscripts: str, /, *operands, budget=None, **options):
+def einsum(
+    subscripts: str, /, *operands: ArrayLike, budget: BudgetLike = None, **options: Any
+) -> Result:
     """Einstein summation as ``np.einsum`` gives it (``"ij,jk->ik"``, ``"...a,...a->..."``),
     out of core. ``optimize=`` and NumPy's other options are accepted and ignored."""
     if options.pop("out", None) is not None:
@@ -173,7 +185,7 @@ def einsum(subscripts: str, /, *operands, budget=None, **options):
         others = out + "".join(b for j, b in enumerate(labels) if j != i)
         xs[i], labels[i] = _sum_own(x, lab, others, budget)
     if len(xs) == 1:
-        return _line_up(xs[0], labels[0], out, budget)
+        return _line_up(cast(Result, xs[0]), labels[0], out, budget)  # the one operand is on disk
     if len(xs) == 2 and not set(labels[0]) & set(labels[1]) & set(out):
         a, b = labels
         shared = [c for c in a if c in b]
@@ -190,4 +202,5 @@ def einsum(subscripts: str, /, *operands, budget=None, **options):
     for x, lab in zip(xs[1:], labels[1:]):
         product = multiply(product, _line_up(x, lab, order, budget), budget=budget)
     contracted = tuple(range(len(out), len(order)))
+    product = cast(Result, product)  # a product of two operands at least
     return sum(product, axis=contracted, budget=budget) if contracted else product

@@ -15,31 +15,53 @@ from __future__ import annotations
 
 import builtins
 import warnings
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, cast, overload
 
 import numpy as np
+from numpy.typing import DTypeLike
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
+from ..kernels._kernel import Kernel
 from ..storage._header import check_layout
+from ._arg_types import BudgetLike, DeviceLike
 from ._blockwise import blockwise
 
 __all__ = ["astype", "clip", "power", "relu", "sigmoid", "where"]
 
 
-def _standard(name: str, doc: str | None = None):
+class Unary(Protocol):
+    """A generated unary function, ``fn(x, /, *, budget=None)``, with its ``kernel``."""
+
+    kernel: Kernel
+
+    def __call__(self, x: ArrayLike, /, *, budget: BudgetLike = None) -> Result: ...
+
+
+class Binary(Protocol):
+    """A generated binary function, ``fn(x1, x2, /, *, budget=None)``, with its ``kernel``."""
+
+    kernel: Kernel
+
+    def __call__(self, x1: ArrayLike, x2: ArrayLike, /, *, budget: BudgetLike = None) -> Result: ...
+
+
+def _standard(name: str, doc: str | None = None) -> Kernel:
     """The kernel ``xp.<name>(*xs)`` (every namespace spells these alike)."""
 
-    def kernel(xp, *xs):
+    def kernel(xp: Any, *xs: Any) -> Any:
         return getattr(xp, name)(*xs)
 
     kernel.__name__ = kernel.__qualname__ = f"{name}_kernel"
     return kernel
 
 
-def _keeps_integers(name: str):
+def _keeps_integers(name: str) -> Kernel:
     """``xp.<name>(x)``, but an integer or bool ``x`` is returned as it is (rounding
     functions are the identity there, and keep the dtype, as the standard asks)."""
 
-    def kernel(xp, x):
+    def kernel(xp: Any, x: Any) -> Any:
         if np.dtype(x.dtype).kind in "biu":
             return x
         return getattr(xp, name)(x)
@@ -47,73 +69,6 @@ def _keeps_integers(name: str):
     kernel.__name__ = kernel.__qualname__ = f"{name}_kernel"
     return kernel
 
-
-UNARY = [
-    "abs",
-    "acos",
-    "acosh",
-    "asin",
-    "asinh",
-    "atan",
-    "atanh",
-    "bitwise_invert",
-    "conj",
-    "cos",
-    "cosh",
-    "exp",
-    "expm1",
-    "imag",
-    "isfinite",
-    "isinf",
-    "isnan",
-    "log",
-    "log1p",
-    "log2",
-    "log10",
-    "logical_not",
-    "negative",
-    "positive",
-    "real",
-    "reciprocal",
-    "sign",
-    "signbit",
-    "sin",
-    "sinh",
-    "square",
-    "sqrt",
-    "tan",
-    "tanh",
-]
-ROUNDING = ("ceil", "floor", "round", "trunc")
-BINARY = [
-    "add",
-    "atan2",
-    "bitwise_and",
-    "bitwise_left_shift",
-    "bitwise_or",
-    "bitwise_right_shift",
-    "bitwise_xor",
-    "copysign",
-    "divide",
-    "equal",
-    "greater",
-    "greater_equal",
-    "hypot",
-    "less",
-    "less_equal",
-    "logaddexp",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "maximum",
-    "minimum",
-    "multiply",
-    "nextafter",
-    "not_equal",
-    "pow",
-    "remainder",
-    "subtract",
-]
 
 _DOC_UNARY = (
     "Elementwise ``{name}(x)`` of a DiskArray, out of core, as the array API standard "
@@ -128,25 +83,34 @@ _DOC_BINARY = (
 )
 
 
-def _public(kernel, name: str, arity: int, doc: str):
+@overload
+def _public(kernel: Kernel, name: str, arity: Literal[1], doc: str) -> Unary: ...
+@overload
+def _public(kernel: Kernel, name: str, arity: Literal[2], doc: str) -> Binary: ...
+def _public(kernel: Kernel, name: str, arity: int, doc: str) -> Unary | Binary:
+    """The public function ``name`` of ``arity`` operands, computed by ``kernel``."""
+    fn: Callable[..., Result]
     if arity == 1:
 
-        def fn(x, /, *, budget=None):
+        def unary(x: ArrayLike, /, *, budget: BudgetLike = None) -> Result:
             return blockwise(kernel, name, x, budget=budget)
 
+        fn = unary
     else:
 
-        def fn(x1, x2, /, *, budget=None):
+        def binary(x1: ArrayLike, x2: ArrayLike, /, *, budget: BudgetLike = None) -> Result:
             return blockwise(kernel, name, x1, x2, budget=budget)
 
+        fn = binary
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = __name__
     fn.__doc__ = doc.format(name=name)
-    fn.kernel = kernel
-    return fn
+    public = cast("Unary | Binary", fn)
+    public.kernel = kernel
+    return public
 
 
-def _floor_divide(xp, x1, x2):
+def _floor_divide(xp: Any, x1: Any, x2: Any) -> Any:
     """NumPy's floor division, with the standard's special cases where NumPy's differ:
     an infinite dividend by a finite divisor is infinite (NumPy: NaN), a finite one
     by an infinite divisor is a signed zero (NumPy: -1 or 0)."""
@@ -158,18 +122,90 @@ def _floor_divide(xp, x1, x2):
     return xp.where(special, xp.astype(ratio, q.dtype), q)
 
 
-def _make_all() -> dict:
-    made = {}
-    for name in UNARY:
-        made[name] = _public(_standard(name), name, 1, _DOC_UNARY)
-    for name in ROUNDING:
-        made[name] = _public(_keeps_integers(name), name, 1, _DOC_UNARY)
-    for name in BINARY:
-        made[name] = _public(_standard(name), name, 2, _DOC_BINARY)
-    return made
+#: The functions made from the table below, by kind (the dtype tests read them).
+UNARY: list[str] = []
+ROUNDING: list[str] = []
+BINARY: list[str] = []
 
 
-globals().update(_make_all())
+def _unary(name: str, kind: list[str], kernel: Kernel | None = None) -> Unary:
+    kind.append(name)
+    return _public(_standard(name) if kernel is None else kernel, name, 1, _DOC_UNARY)
+
+
+def _binary(name: str, kind: list[str], kernel: Kernel | None = None) -> Binary:
+    kind.append(name)
+    return _public(_standard(name) if kernel is None else kernel, name, 2, _DOC_BINARY)
+
+
+# The table: one line per function. Unary, as every namespace spells them:
+abs = _unary("abs", UNARY)
+acos = _unary("acos", UNARY)
+acosh = _unary("acosh", UNARY)
+asin = _unary("asin", UNARY)
+asinh = _unary("asinh", UNARY)
+atan = _unary("atan", UNARY)
+atanh = _unary("atanh", UNARY)
+bitwise_invert = _unary("bitwise_invert", UNARY)
+conj = _unary("conj", UNARY)
+cos = _unary("cos", UNARY)
+cosh = _unary("cosh", UNARY)
+exp = _unary("exp", UNARY)
+expm1 = _unary("expm1", UNARY)
+imag = _unary("imag", UNARY)
+isfinite = _unary("isfinite", UNARY)
+isinf = _unary("isinf", UNARY)
+isnan = _unary("isnan", UNARY)
+log = _unary("log", UNARY)
+log1p = _unary("log1p", UNARY)
+log2 = _unary("log2", UNARY)
+log10 = _unary("log10", UNARY)
+logical_not = _unary("logical_not", UNARY)
+negative = _unary("negative", UNARY)
+positive = _unary("positive", UNARY)
+real = _unary("real", UNARY)
+reciprocal = _unary("reciprocal", UNARY)
+sign = _unary("sign", UNARY)
+signbit = _unary("signbit", UNARY)
+sin = _unary("sin", UNARY)
+sinh = _unary("sinh", UNARY)
+square = _unary("square", UNARY)
+sqrt = _unary("sqrt", UNARY)
+tan = _unary("tan", UNARY)
+tanh = _unary("tanh", UNARY)
+# rounding, the identity on integers (and their dtype kept):
+ceil = _unary("ceil", ROUNDING, _keeps_integers("ceil"))
+floor = _unary("floor", ROUNDING, _keeps_integers("floor"))
+round = _unary("round", ROUNDING, _keeps_integers("round"))
+trunc = _unary("trunc", ROUNDING, _keeps_integers("trunc"))
+# binary, broadcast as in NumPy:
+add = _binary("add", BINARY)
+atan2 = _binary("atan2", BINARY)
+bitwise_and = _binary("bitwise_and", BINARY)
+bitwise_left_shift = _binary("bitwise_left_shift", BINARY)
+bitwise_or = _binary("bitwise_or", BINARY)
+bitwise_right_shift = _binary("bitwise_right_shift", BINARY)
+bitwise_xor = _binary("bitwise_xor", BINARY)
+copysign = _binary("copysign", BINARY)
+divide = _binary("divide", BINARY)
+equal = _binary("equal", BINARY)
+greater = _binary("greater", BINARY)
+greater_equal = _binary("greater_equal", BINARY)
+hypot = _binary("hypot", BINARY)
+less = _binary("less", BINARY)
+less_equal = _binary("less_equal", BINARY)
+logaddexp = _binary("logaddexp", BINARY)
+logical_and = _binary("logical_and", BINARY)
+logical_or = _binary("logical_or", BINARY)
+logical_xor = _binary("logical_xor", BINARY)
+maximum = _binary("maximum", BINARY)
+minimum = _binary("minimum", BINARY)
+multiply = _binary("multiply", BINARY)
+nextafter = _binary("nextafter", BINARY)
+not_equal = _binary("not_equal", BINARY)
+pow = _binary("pow", BINARY)
+remainder = _binary("remainder", BINARY)
+subtract = _binary("subtract", BINARY)
 floor_divide = _public(_floor_divide, "floor_divide", 2, _DOC_BINARY)
 __all__ += [*UNARY, *ROUNDING, *BINARY, "floor_divide"]
 
@@ -180,36 +216,36 @@ power_kernel = _standard("pow")
 # ------------------------------------------------------------- beyond the table
 
 
-def _sigmoid(xp, x):
+def _sigmoid(xp: Any, x: Any) -> Any:
     if np.dtype(x.dtype).kind in "biu":  # in the floating dtype NumPy's exp gives them
         x = xp.astype(x, np.exp(np.empty(0, x.dtype)).dtype)
     return 1 / (1 + xp.exp(-x))
 
 
-def sigmoid(x, /, *, budget=None):
+def sigmoid(x: ArrayLike, /, *, budget: BudgetLike = None) -> Result:
     """The logistic function ``1 / (1 + exp(-x))`` elementwise, out of core (integers
     give the floating dtype NumPy's ``exp`` gives them); differentiable."""
     return blockwise(_sigmoid, "sigmoid", x, budget=budget)
 
 
-def _relu(xp, x):
+def _relu(xp: Any, x: Any) -> Any:
     if np.dtype(x.dtype).kind in "biu":
         return xp.maximum(x, xp.zeros_like(x))
     # a NaN stays NaN (as in np.maximum); the gradient at 0 is 0
     return xp.where(x > 0, x, xp.where(xp.isnan(x), x, xp.zeros_like(x)))
 
 
-def relu(x, /, *, budget=None):
+def relu(x: ArrayLike, /, *, budget: BudgetLike = None) -> Result:
     """``max(x, 0)`` elementwise, out of core, in ``x``'s dtype; its gradient at 0 is 0,
     as `jax.nn.relu`'s."""
     return blockwise(_relu, "relu", x, budget=budget)
 
 
-def _power_static(xp, x, *, p):
+def _power_static(xp: Any, x: Any, *, p: int) -> Any:
     return xp.pow(x, p)
 
 
-def power(x1, x2, /, *, budget=None):
+def power(x1: ArrayLike, x2: ArrayLike, /, *, budget: BudgetLike = None) -> Result:
     """``x1 ** x2`` elementwise (`pow`): both operands may be DiskArrays or scalars.
 
     A Python number exponent promotes as in NumPy 2 (NEP 50: ``int8 ** 2`` is int8,
@@ -230,11 +266,11 @@ def power(x1, x2, /, *, budget=None):
     return blockwise(power_kernel, "pow", x1, x2, budget=budget)
 
 
-def _where(xp, condition, x1, x2):
+def _where(xp: Any, condition: Any, x1: Any, x2: Any) -> Any:
     return xp.where(condition, x1, x2)
 
 
-def _dtype_of(x) -> np.dtype:
+def _dtype_of(x: ArrayLike) -> np.dtype:
     """The dtype of a DiskArray, a JAX value (traced too: no conversion) or a number."""
     t = type_of(x)
     if t is not None:
@@ -243,7 +279,9 @@ def _dtype_of(x) -> np.dtype:
     return np.dtype(dtype) if dtype is not None else np.asarray(x).dtype
 
 
-def where(condition, x1, x2, /, *, budget=None):
+def where(
+    condition: ArrayLike, x1: ArrayLike, x2: ArrayLike, /, *, budget: BudgetLike = None
+) -> Result:
     """``x1`` where ``condition`` is true, else ``x2``, elementwise with broadcasting,
     out of core; differentiable in ``x1`` and ``x2``."""
     dtype = _dtype_of(condition)
@@ -252,7 +290,7 @@ def where(condition, x1, x2, /, *, budget=None):
     return blockwise(_where, "where", condition, x1, x2, budget=budget)
 
 
-def _clip(xp, x, *bounds, has_min, has_max):
+def _clip(xp: Any, x: Any, *bounds: Any, has_min: bool, has_max: bool) -> Any:
     it = iter(bounds)
     lo = next(it) if has_min else None
     hi = next(it) if has_max else None
@@ -264,13 +302,20 @@ def _clip(xp, x, *bounds, has_min, has_max):
     return out
 
 
-def clip(x, /, min=None, max=None, *, budget=None):
+def clip(
+    x: ArrayLike,
+    /,
+    min: ArrayLike | None = None,
+    max: ArrayLike | None = None,
+    *,
+    budget: BudgetLike = None,
+) -> Result:
     """``x`` with values below ``min`` raised to it and above ``max`` lowered to it,
     elementwise, out of core, in ``x``'s dtype (the standard's `clip`); ``min`` and
     ``max`` are scalars or arrays that broadcast with ``x``. Differentiable in all
     three where they are floating."""
     dtype = _dtype_of(x)
-    bounds = []
+    bounds: list[ArrayLike] = []
     for bound in (min, max):
         if bound is None:
             continue
@@ -287,13 +332,21 @@ def clip(x, /, min=None, max=None, *, budget=None):
     )
 
 
-def _astype(xp, x, *, dtype):
+def _astype(xp: Any, x: Any, *, dtype: str) -> Any:
     if getattr(x.dtype, "kind", "") == "c" and np.dtype(dtype).kind != "c":
         x = xp.real(x)  # what astype keeps; `astype` warned once at the call
     return xp.astype(x, np.dtype(dtype))
 
 
-def astype(x, dtype, /, *, copy: bool = True, device=None, budget=None):
+def astype(
+    x: ArrayLike,
+    dtype: DTypeLike,
+    /,
+    *,
+    copy: bool = True,
+    device: DeviceLike = None,
+    budget: BudgetLike = None,
+) -> Result:
     """``x`` converted to ``dtype``, out of core, as NumPy's ``x.astype(dtype)``.
 
     Differentiable: the gradient is converted back to ``x``'s dtype (its real part
@@ -303,7 +356,7 @@ def astype(x, dtype, /, *, copy: bool = True, device=None, budget=None):
     dtype, t = np.dtype(dtype).newbyteorder("="), type_of(x)  # stored native, as JAX
     check_layout((), dtype, "astype")
     if not copy and t is not None and t.dtype == dtype:
-        return x
+        return cast("Result", x)  # a DiskArray, or its tracer: it has a type
     if t is not None and t.dtype.kind == "c" and dtype.kind != "c":
         warnings.warn(
             f"astype: casting {t.dtype.name} values to {dtype.name} discards the imaginary "

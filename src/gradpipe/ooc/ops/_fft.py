@@ -11,10 +11,17 @@ functions; `fftshift` and `ifftshift` are `roll`s.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, cast
 
+import jax.numpy as jnp
 import numpy as np
+from numpy.typing import DTypeLike
 
+from ..arrays._array import ArrayLike, Result
+from ..arrays._hijax import type_of
 from ..kernels._x64 import default_dtypes
+from ._arg_types import BudgetLike, DeviceLike
 from ._core_axes import core_axes
 from ._creation import arange
 from ._elementwise import astype, divide, subtract, where
@@ -41,11 +48,11 @@ __all__ = [
 _NORMS = ("backward", "ortho", "forward")
 
 
-def _kernel(xp, x, *, kind, n, axis, norm):
+def _kernel(xp: ModuleType, x: Any, *, kind: str, n: int | None, axis: int, norm: str) -> Any:
     return getattr(xp.fft, kind)(x, n=n, axis=axis, norm=norm)
 
 
-def _check(x, kind: str, norm: str) -> None:
+def _check(x: ArrayLike, kind: str, norm: str) -> None:
     if norm not in _NORMS:
         raise ValueError(f"{kind}: norm must be one of {_NORMS}, got {norm!r}.")
     dtype = dtype_of(x)
@@ -57,7 +64,9 @@ def _check(x, kind: str, norm: str) -> None:
         raise ValueError(f"{kind}: a 0-d array has no axis to transform along.")
 
 
-def _pass(x, kind: str, n: int | None, axis: int, norm: str, budget):
+def _pass(
+    x: ArrayLike, kind: str, n: int | None, axis: int, norm: str, budget: BudgetLike
+) -> Result:
     """One 1-D transform ``kind`` along ``axis`` (any sign), ``n`` points."""
     shape = shape_of(x)
     axis = normalize_axis(axis, len(shape), kind)
@@ -80,12 +89,22 @@ def _pass(x, kind: str, n: int | None, axis: int, norm: str, budget):
     )
 
 
-def _one(kind: str, x, n, axis, norm, budget):
+def _one(
+    kind: str, x: ArrayLike, n: int | None, axis: int, norm: str, budget: BudgetLike
+) -> Result:
     _check(x, kind, norm)
     return _pass(x, kind, n, axis, norm, budget)
 
 
-def fft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward", budget=None):
+def fft(
+    x: ArrayLike,
+    /,
+    *,
+    n: int | None = None,
+    axis: int = -1,
+    norm: str = "backward",
+    budget: BudgetLike = None,
+) -> Result:
     """The 1-D discrete Fourier transform of ``x`` along ``axis``, out of core.
 
     **Arguments:**
@@ -104,30 +123,70 @@ def fft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward", b
     return _one("fft", x, n, axis, norm, budget)
 
 
-def ifft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward", budget=None):
+def ifft(
+    x: ArrayLike,
+    /,
+    *,
+    n: int | None = None,
+    axis: int = -1,
+    norm: str = "backward",
+    budget: BudgetLike = None,
+) -> Result:
     """The inverse of `fft` along ``axis`` (``"backward"`` divides by ``n``); see `fft`."""
     return _one("ifft", x, n, axis, norm, budget)
 
 
-def rfft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward", budget=None):
+def rfft(
+    x: ArrayLike,
+    /,
+    *,
+    n: int | None = None,
+    axis: int = -1,
+    norm: str = "backward",
+    budget: BudgetLike = None,
+) -> Result:
     """The FFT of real ``x`` along ``axis``: its ``n//2 + 1`` non-negative
     frequencies; see `fft`."""
     return _one("rfft", x, n, axis, norm, budget)
 
 
-def irfft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward", budget=None):
+def irfft(
+    x: ArrayLike,
+    /,
+    *,
+    n: int | None = None,
+    axis: int = -1,
+    norm: str = "backward",
+    budget: BudgetLike = None,
+) -> Result:
     """The inverse of `rfft`: ``n`` real points (default ``2*(m - 1)``) from ``m``
     non-negative frequencies along ``axis``; see `fft`."""
     return _one("irfft", x, n, axis, norm, budget)
 
 
-def hfft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward", budget=None):
+def hfft(
+    x: ArrayLike,
+    /,
+    *,
+    n: int | None = None,
+    axis: int = -1,
+    norm: str = "backward",
+    budget: BudgetLike = None,
+) -> Result:
     """The FFT of a signal with Hermitian symmetry given by its first half: ``n`` real
     points (default ``2*(m - 1)``); see `fft`."""
     return _one("hfft", x, n, axis, norm, budget)
 
 
-def ihfft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward", budget=None):
+def ihfft(
+    x: ArrayLike,
+    /,
+    *,
+    n: int | None = None,
+    axis: int = -1,
+    norm: str = "backward",
+    budget: BudgetLike = None,
+) -> Result:
     """The inverse of `hfft`: the ``n//2 + 1`` first points of real ``x``'s inverse
     FFT; see `fft`."""
     return _one("ihfft", x, n, axis, norm, budget)
@@ -136,7 +195,9 @@ def ihfft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward",
 # ------------------------------------------------------------ n-dimensional
 
 
-def _plan(x, s, axes, kind: str) -> tuple[tuple[int, ...], list]:
+def _plan(
+    x: ArrayLike, s: Sequence[int] | None, axes: Sequence[int] | None, kind: str
+) -> tuple[tuple[int, ...], list[int | None]]:
     """The axes transformed and their lengths, as the standard defaults them."""
     ndim = len(shape_of(x))
     if s is not None:
@@ -145,43 +206,51 @@ def _plan(x, s, axes, kind: str) -> tuple[tuple[int, ...], list]:
         axes = tuple(range(ndim)) if s is None else tuple(range(ndim - len(s), ndim))
     else:
         axes = normalize_axes(tuple(axes), ndim, kind)
+    lengths: list[int | None]
     if s is None:
-        s = [None] * len(axes)
+        lengths = [None] * len(axes)
     elif len(s) != len(axes):
         raise ValueError(f"{kind}: s {s} and axes {axes} must have the same length.")
     else:
-        s = [None if k == -1 else k for k in s]
+        lengths = [None if k == -1 else k for k in s]
     if not axes:
         raise ValueError(f"{kind}: there must be at least one axis to transform.")
-    return axes, list(s)
+    return axes, list(lengths)
 
 
-def _nd(kind: str, x, s, axes, norm, budget):
+def _nd(
+    kind: str,
+    x: ArrayLike,
+    s: Sequence[int] | None,
+    axes: Sequence[int] | None,
+    norm: str,
+    budget: BudgetLike,
+) -> Result:
     _check(x, kind, norm)
-    axes, s = _plan(x, s, axes, kind + "n")
+    ax, lengths = _plan(x, s, axes, kind + "n")
     one_d = {"rfft": "fft", "irfft": "ifft"}.get(kind, kind)
     if kind == "rfft":  # the real pass first, on the last axis
-        x = _pass(x, "rfft", s[-1], axes[-1], norm, budget)
-        axes, s = axes[:-1], s[:-1]
+        x = _pass(x, "rfft", lengths[-1], ax[-1], norm, budget)
+        ax, lengths = ax[:-1], lengths[:-1]
     last = None
     if kind == "irfft":  # the real pass last, on the last axis
-        last, axes, s = (axes[-1], s[-1]), axes[:-1], s[:-1]
-    for a, k in zip(reversed(axes), reversed(s)):
+        last, ax, lengths = (ax[-1], lengths[-1]), ax[:-1], lengths[:-1]
+    for a, k in zip(reversed(ax), reversed(lengths)):
         x = _pass(x, one_d, k, a, norm, budget)
     if last is not None:
         x = _pass(x, "irfft", last[1], last[0], norm, budget)
-    return x
+    return cast(Result, x)  # one pass at least: `_plan` refuses no axes
 
 
 def fftn(
-    x,
+    x: ArrayLike,
     /,
     *,
     s: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     norm: str = "backward",
-    budget=None,
-):
+    budget: BudgetLike = None,
+) -> Result:
     """The n-D discrete Fourier transform, as one 1-D `fft` pass per axis.
 
     ``s`` gives the lengths along ``axes`` (``-1``: the axis's own); with ``s`` and
@@ -191,41 +260,41 @@ def fftn(
 
 
 def ifftn(
-    x,
+    x: ArrayLike,
     /,
     *,
     s: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     norm: str = "backward",
-    budget=None,
-):
+    budget: BudgetLike = None,
+) -> Result:
     """The inverse of `fftn`, one 1-D `ifft` pass per axis; see `fftn`."""
     return _nd("ifft", x, s, axes, norm, budget)
 
 
 def rfftn(
-    x,
+    x: ArrayLike,
     /,
     *,
     s: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     norm: str = "backward",
-    budget=None,
-):
+    budget: BudgetLike = None,
+) -> Result:
     """The n-D FFT of real ``x``: `rfft` along the last of ``axes``, then `fft`
     along the others; see `fftn`."""
     return _nd("rfft", x, s, axes, norm, budget)
 
 
 def irfftn(
-    x,
+    x: ArrayLike,
     /,
     *,
     s: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     norm: str = "backward",
-    budget=None,
-):
+    budget: BudgetLike = None,
+) -> Result:
     """The inverse of `rfftn`: `ifft` along all but the last of ``axes``, then
     `irfft` along it (``s[-1]`` real points, default ``2*(m - 1)``); see `fftn`."""
     return _nd("irfft", x, s, axes, norm, budget)
@@ -234,20 +303,28 @@ def irfftn(
 # ------------------------------------------------------ frequencies and shifts
 
 
-def _freq_dtype(dtype, fn: str) -> np.dtype:
+def _freq_dtype(dtype: DTypeLike | None, fn: str) -> np.dtype:
     dtype = default_dtypes()["real floating"] if dtype is None else np.dtype(dtype)
     if dtype.kind != "f":
         raise TypeError(f"{fn}: dtype must be a real floating dtype, got {dtype.name}.")
     return dtype
 
 
-def _check_n(n, fn: str) -> int:
+def _check_n(n: object, fn: str) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"{fn}: n must be a positive int, got {n!r}.")
     return int(n)
 
 
-def fftfreq(n: int, /, *, d: float = 1.0, dtype=None, device=None, budget=None):
+def fftfreq(
+    n: int,
+    /,
+    *,
+    d: float = 1.0,
+    dtype: DTypeLike | None = None,
+    device: DeviceLike = None,
+    budget: BudgetLike = None,
+) -> Result:
     """The sample frequencies of an ``n``-point `fft` with sample spacing ``d``:
     ``[0, 1, ..., (n-1)//2, -(n//2), ..., -1] / (d*n)``, a `DiskArray` of ``dtype``
     (default: the default float dtype, float32 while ``jax_enable_x64`` is off)."""
@@ -258,7 +335,15 @@ def fftfreq(n: int, /, *, d: float = 1.0, dtype=None, device=None, budget=None):
     return astype(divide(k, float(d * n), budget=budget), dtype, budget=budget)
 
 
-def rfftfreq(n: int, /, *, d: float = 1.0, dtype=None, device=None, budget=None):
+def rfftfreq(
+    n: int,
+    /,
+    *,
+    d: float = 1.0,
+    dtype: DTypeLike | None = None,
+    device: DeviceLike = None,
+    budget: BudgetLike = None,
+) -> Result:
     """The sample frequencies of an ``n``-point `rfft` with sample spacing ``d``:
     ``[0, 1, ..., n//2] / (d*n)``, a `DiskArray` of ``dtype`` (default as `fftfreq`'s)."""
     n = _check_n(n, "rfftfreq")
@@ -267,21 +352,27 @@ def rfftfreq(n: int, /, *, d: float = 1.0, dtype=None, device=None, budget=None)
     return astype(divide(k, float(d * n), budget=budget), dtype, budget=budget)
 
 
-def _shift(x, axes, sign: int, fn: str, budget):
+def _shift(
+    x: ArrayLike, axes: int | Sequence[int] | None, sign: int, fn: str, budget: BudgetLike
+) -> Result:
     shape = shape_of(x)
     axes = tuple(range(len(shape))) if axes is None else normalize_axes(axes, len(shape), fn)
-    if not axes:
-        return x
+    if not axes:  # no axis to shift: x as it is (in memory, a JAX array, as jnp gives)
+        return cast(Result, x) if type_of(x) is not None else jnp.asarray(x)
     shifts = tuple(sign * (shape[a] // 2) for a in axes)
     return roll(x, shifts, axis=axes, budget=budget)
 
 
-def fftshift(x, /, *, axes: int | Sequence[int] | None = None, budget=None):
+def fftshift(
+    x: ArrayLike, /, *, axes: int | Sequence[int] | None = None, budget: BudgetLike = None
+) -> Result:
     """``x`` with the zero frequency moved to the middle along ``axes`` (default all):
     a `roll` by ``n//2``. Differentiable."""
     return _shift(x, axes, 1, "fftshift", budget)
 
 
-def ifftshift(x, /, *, axes: int | Sequence[int] | None = None, budget=None):
+def ifftshift(
+    x: ArrayLike, /, *, axes: int | Sequence[int] | None = None, budget: BudgetLike = None
+) -> Result:
     """The inverse of `fftshift`: a `roll` by ``-(n//2)``. Differentiable."""
     return _shift(x, axes, -1, "ifftshift", budget)

@@ -13,12 +13,16 @@ indices added up) is added into the gradient file, tile by tile.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 
 from ..arrays._op import CustomOp, frozen
+from ..execution._driver import Driver, Value
 from ..planning._budget import plan_tiles
 from ..planning._tile_reads import regions
+from ..storage._paged_file import PagedFile, Region
 from ..storage._picked_rows import PickedRows, row_bytes, run_bytes, worth_reading_through
 
 __all__ = ["Gather", "check_bounds", "is_sparse"]
@@ -46,9 +50,9 @@ class Gather(CustomOp):
     errors.
     """
 
-    sources: tuple
-    index_dims: tuple
-    out_shape: tuple
+    sources: tuple[tuple[Any, ...], ...]
+    index_dims: tuple[tuple[int, ...], ...]
+    out_shape: tuple[int, ...]
     label: str = "getitem"
 
     reads_through = True  # x may be a chain: its rows are computed where they are read
@@ -57,13 +61,13 @@ class Gather(CustomOp):
     def name(self) -> str:
         return self.label
 
-    def output_shape(self, sx, *index_shapes):
+    def output_shape(self, sx: tuple[int, ...], *index_shapes: tuple[int, ...]) -> tuple[int, ...]:
         return self.out_shape
 
-    def output_dtype(self, dx, *index_dtypes):
+    def output_dtype(self, dx: np.dtype, *index_dtypes: np.dtype) -> np.dtype:
         return np.dtype(dx)
 
-    def picked_rows(self, driver, inputs):
+    def picked_rows(self, driver: Driver, inputs: Sequence[Value]) -> PickedRows | None:
         """A take along one axis by one index held in memory, whose rows come in
         runs or repeats (`worth_reading_through`), as rows read through by the
         consumer (`PickedRows`); else None (the gather writes its output)."""
@@ -90,9 +94,10 @@ class Gather(CustomOp):
         index[index < 0] += x.shape[a]
         if not worth_reading_through(x.shape, item, a, index, budget):
             return None
+        assert not isinstance(x, np.ndarray)  # a file: a 0-d value has no rows
         return PickedRows(getattr(x, "stored", None) or x, a, index)
 
-    def forward(self, driver, x, *indices):
+    def forward(self, driver: Driver, x: Value, *indices: Value) -> Value:
         picked = driver.pick(self, (x, *indices))
         if picked is not None:
             return picked
@@ -105,9 +110,16 @@ class Gather(CustomOp):
                 out.write(region, plan.gather(driver, x, indices, region))
         return out
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> list[Value | None]:
         x, *indices = inputs
-        grads = [None] * len(inputs)
+        grads: list[Value | None] = [None] * len(inputs)
         if not wants[0]:
             return grads
         plan = _Plan(self, x, indices)
@@ -130,7 +142,7 @@ class _Plan:
     ``"out"`` axes (the *rest*) are read as slabs, one per point. Reads coalesce
     along the *window* axis, x's last axis with per-point coordinates."""
 
-    def __init__(self, op: Gather, x, indices):
+    def __init__(self, op: Gather, x: Value, indices: Sequence[Value]) -> None:
         self.op, self.x_shape, self.dtype = op, tuple(x.shape), np.dtype(x.dtype)
         self.index_shapes = [tuple(np.shape(f)) for f in indices]
         self.index_items = [np.dtype(f.dtype).itemsize for f in indices]
@@ -150,10 +162,10 @@ class _Plan:
         self.order = self.b_axes + self.rest_axes  # the canonical layout: points, then rest
         self.to_out = tuple(int(i) for i in np.argsort(self.order))
 
-    def tile(self, driver, phase: str) -> tuple[int, ...]:
+    def tile(self, driver: Driver, phase: str) -> tuple[int, ...]:
         item = self.dtype.itemsize
 
-        def bytes_for(tile):
+        def bytes_for(tile: tuple[int, ...]) -> int:
             region = tuple(slice(0, t) for t in tile)
             data = math.prod(tile) * item
             window = max(data, self._slab_bytes(region))
@@ -178,7 +190,7 @@ class _Plan:
         tile = plan_tiles(self.op.out_shape, bytes_for, driver.budget, what=what)
         return tuple(max(t, 1) for t in tile)
 
-    def tiles(self, tile):
+    def tiles(self, tile: tuple[int, ...]) -> Iterable[Region]:
         if not self.op.out_shape:
             return [()]
         if not math.prod(self.op.out_shape):
@@ -187,12 +199,12 @@ class _Plan:
 
     # -- one tile ----------------------------------------------------------------
 
-    def _bounds(self, source, r: slice) -> tuple[int, int]:
+    def _bounds(self, source: tuple[Any, ...], r: slice) -> tuple[int, int]:
         """The first and last coordinates an ``"out"`` source takes on the range ``r``."""
         _, _, start, step = source
         return start + step * r.start, start + step * (r.stop - 1)
 
-    def _slab_bytes(self, region) -> int:
+    def _slab_bytes(self, region: Region) -> int:
         """Bytes of x a window reads per position along the window axis."""
         n = self.dtype.itemsize
         for s in self.op.sources:
@@ -201,12 +213,14 @@ class _Plan:
                 n *= abs(last - first) + 1
         return n
 
-    def _points(self, driver, indices, region):
+    def _points(
+        self, driver: Driver, indices: Sequence[Value], region: Region
+    ) -> tuple[tuple[int, ...], tuple[np.ndarray, ...], dict[int, np.ndarray]]:
         """The tile's point shape, point positions, and per-point coordinates."""
         extents = [s.stop - s.start for s in region]
         bsub = tuple(extents[j] for j in self.b_axes)
         positions = np.unravel_index(np.arange(math.prod(bsub)), bsub) if bsub else ()
-        coords = {}
+        coords: dict[int, np.ndarray] = {}
         for a, s in enumerate(self.op.sources):
             if s[0] == "range":
                 j, start, step = s[1:]
@@ -216,7 +230,15 @@ class _Plan:
                 coords[a] = self._index_values(driver, indices[s[1]], s[1], region, bsub, a)
         return bsub, positions, coords
 
-    def _index_values(self, driver, f, k, region, bsub, axis):
+    def _index_values(
+        self,
+        driver: Driver,
+        f: Value,
+        k: int,
+        region: Region,
+        bsub: tuple[int, ...],
+        axis: int,
+    ) -> np.ndarray:
         dims, shape = self.op.index_dims[k], self.index_shapes[k]
         piece = tuple(region[j] if n != 1 else slice(0, 1) for j, n in zip(dims, shape))
         v = np.asarray(driver.read(f, piece if shape else None))
@@ -231,9 +253,11 @@ class _Plan:
         v[v < 0] += n
         return v
 
-    def _windows(self, coords, region, n_points):
+    def _windows(
+        self, coords: dict[int, np.ndarray], region: Region, n_points: int
+    ) -> Iterator[tuple[Region, np.ndarray, int]]:
         """(region of x, its points, where the window starts) for each read of a tile."""
-        base = []
+        base: list[slice | None] = []
         for s in self.op.sources:
             if s[0] == "out":
                 first, last = self._bounds(s, region[s[1]])
@@ -243,7 +267,7 @@ class _Plan:
             else:
                 base.append(None)
         if self.window is None:
-            yield tuple(base), np.arange(n_points), 0
+            yield cast(Region, tuple(base)), np.arange(n_points), 0  # no index: no None
             return
         n_w, sizes = self.x_shape[self.window], [self.x_shape[a] for a in self.prefix]
         lin = coords[self.window]
@@ -268,11 +292,19 @@ class _Plan:
             x_region[self.window] = slice(lo, hi + 1)
             for a, c in zip(self.prefix, at):
                 x_region[a] = slice(int(c), int(c) + 1)
-            yield tuple(x_region), order[bounds[ua] : bounds[ub]], lo
+            # each None (an indexed axis: the window's, or the prefix's) set above
+            yield cast(Region, tuple(x_region)), order[bounds[ua] : bounds[ub]], lo
 
-    def _picker(self, region, coords, positions, pts, lo):
+    def _picker(
+        self,
+        region: Region,
+        coords: dict[int, np.ndarray],
+        positions: tuple[np.ndarray, ...],
+        pts: np.ndarray,
+        lo: int,
+    ) -> tuple[tuple[slice, ...], tuple[Any, ...]]:
         """Where each point's slab sits in its window's block, axes in `perm` order."""
-        lead = []
+        lead: list[Any] = []  # per axis: an array of positions, or 0
         for a in self.lead_x:
             s = self.op.sources[a]
             if a == self.window:
@@ -290,7 +322,9 @@ class _Plan:
             rest.append(slice(first - min(first, last), None, s[3] or 1))
         return (slice(None),) * len(lead) + tuple(rest), tuple(lead)
 
-    def _canonical_shape(self, region, bsub):
+    def _canonical_shape(
+        self, region: Region, bsub: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         rest = tuple(region[j].stop - region[j].start for j in self.rest_axes)
         slabs = tuple(
             region[self.op.sources[a][1]].stop - region[self.op.sources[a][1]].start
@@ -298,7 +332,9 @@ class _Plan:
         )
         return (math.prod(bsub), *slabs), bsub + rest
 
-    def gather(self, driver, x, indices, region) -> np.ndarray:
+    def gather(
+        self, driver: Driver, x: Value, indices: Sequence[Value], region: Region
+    ) -> np.ndarray:
         """The output tile ``region``."""
         bsub, positions, coords = self._points(driver, indices, region)
         canon_shape, full_shape = self._canonical_shape(region, bsub)
@@ -309,7 +345,14 @@ class _Plan:
             canon[pts] = block[strides][lead]
         return np.ascontiguousarray(canon.reshape(full_shape).transpose(self.to_out))
 
-    def scatter_add(self, driver, grad, indices, region, g_tile) -> None:
+    def scatter_add(
+        self,
+        driver: Driver,
+        grad: PagedFile,
+        indices: Sequence[Value],
+        region: Region,
+        g_tile: np.ndarray,
+    ) -> None:
         """Add the cotangent tile ``g_tile`` into ``grad`` where its values were read."""
         bsub, positions, coords = self._points(driver, indices, region)
         canon_shape, _ = self._canonical_shape(region, bsub)
@@ -324,7 +367,7 @@ class _Plan:
 # ---------------------------------------------------------------- helpers for getitem
 
 
-def check_bounds(i, n: int, axis: int) -> None:
+def check_bounds(i: Any, n: int, axis: int) -> None:
     """Refuse an integer index (or NumPy array of them) outside ``[-n, n)``, as NumPy."""
     a = np.asarray(i)
     if a.size and (a.min() < -n or a.max() >= n):

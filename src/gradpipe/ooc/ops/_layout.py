@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arrays._array import DiskArray, _is_concrete
+from ..arrays._array import ArrayLike, DiskArray, Result, _is_concrete
 from ..arrays._hijax import type_of
 from ..arrays._op import BlockParallelOp, apply, frozen
+from ..execution._driver import Driver, Value
+from ..storage._paged_file import Region
+from ._arg_types import BudgetLike
 from ._indexing import Gather, check_bounds, is_sparse
 
 __all__ = ["GetItem", "Transpose", "getitem", "slice_rows", "slice_tile", "transpose"]
+
+#: One entry of an index as `_classify` gives it: ``(kind, value)``.
+_Entry = tuple[str, Any]
 
 
 @frozen
@@ -28,22 +36,29 @@ class Transpose(BlockParallelOp):
     def name(self) -> str:
         return "transpose"
 
-    def output_shape(self, s):
+    def output_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(s[a] for a in self.axes)
 
-    def index_map(self, out_r, red_r, s):
-        region = [None] * len(s)
+    def index_map(self, out_r: Region, red_r: Region, s: tuple[int, ...]) -> tuple[Region]:
+        region: list[slice] = [slice(None)] * len(s)
         for i, a in enumerate(self.axes):
             region[a] = out_r[i]
         return (tuple(region),)
 
-    def forward_block(self, x):
+    def forward_block(self, x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.transpose(x, self.axes))
 
-    def backward_block(self, g, x):
+    def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         return (np.ascontiguousarray(np.transpose(g, np.argsort(self.axes))),)
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value | None,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> list[Value | None]:
         """The inverse transpose of ``g``: fused, as the forward is."""
         if not wants[0]:
             return [None]
@@ -70,13 +85,13 @@ class GetItem(BlockParallelOp):
     def name(self) -> str:
         return "getitem"
 
-    def output_shape(self, s):
+    def output_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
         shape = [n for n, d in zip(self.size, self.drop) if not d]
         for pos, n in sorted(self.new):
             shape.insert(pos, n)
         return tuple(shape)
 
-    def index_map(self, out_r, red_r, s):
+    def index_map(self, out_r: Region, red_r: Region, s: tuple[int, ...]) -> tuple[Region | None]:
         if not s:
             return (None,)
         if any(r.stop <= r.start for r in out_r):  # an empty tile reads nothing
@@ -93,19 +108,22 @@ class GetItem(BlockParallelOp):
             region.append(slice(min(first, last), max(first, last) + 1))
         return (tuple(region),)
 
-    def _strided(self, x):
+    def _strided(self, x: np.ndarray) -> np.ndarray:
         steps = tuple(slice(None, None, 1 if d else k) for k, d in zip(self.step, self.drop))
-        return x[(*steps, Ellipsis)]  # a view, even of a 0-d block
+        index: tuple[Any, ...] = (*steps, Ellipsis)
+        return x[index]  # a view, even of a 0-d block
 
-    def forward_into(self, out, x, accumulate):
+    def forward_into(self, out: np.ndarray, x: np.ndarray, accumulate: bool) -> None:
         if out.size:
             y = self._strided(x)
             out.reshape(y.shape)[...] = y
 
-    def forward_block(self, x):  # a 0-d output (`forward_into` writes the others)
+    def forward_block(
+        self, x: np.ndarray
+    ) -> np.ndarray:  # a 0-d output (`forward_into` writes the others)
         return np.array(self._strided(x)).reshape(())
 
-    def backward_block(self, g, x):
+    def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         z = np.zeros(x.shape, x.dtype)
         if z.size:
             view = self._strided(z)
@@ -113,7 +131,9 @@ class GetItem(BlockParallelOp):
         return (z,)
 
 
-def transpose(x, axes=None, *, budget=None):
+def transpose(
+    x: ArrayLike, axes: Sequence[int] | None = None, *, budget: BudgetLike = None
+) -> Result:
     """``x`` with its axes permuted (reversed by default), out of core."""
     t = type_of(x)
     if t is None:
@@ -125,7 +145,7 @@ def transpose(x, axes=None, *, budget=None):
     return apply(Transpose(axes), x, budget=budget)
 
 
-def getitem(x, key, /, *, budget=None):
+def getitem(x: ArrayLike, key: Any, /, *, budget: BudgetLike = None) -> Result:
     """``x[key]``, out of core, with NumPy's rules.
 
     ``key`` is one entry or a tuple of them: ints, slices with any step, ``...``,
@@ -141,13 +161,18 @@ def getitem(x, key, /, *, budget=None):
     t = type_of(x)
     if t is None:
         return _in_memory_getitem(x, key)
+    x = cast(Result, x)  # a DiskArray, or its tracer
     items = key if isinstance(key, tuple) else (key,)
     entries = _expand([_classify(item) for item in items], t.shape)
     kinds = [kind for kind, _ in entries]
     bools = kinds.count("bool")
     if "array" in kinds or bools > 1 or (bools and "int" in kinds):
         return _gather(x, entries, True, budget=budget)
-    start, step, size, drop, new = [], [], [], [], []
+    start: list[int] = []
+    step: list[int] = []
+    size: list[int] = []
+    drop: list[bool] = []
+    new: list[tuple[int, int]] = []
     ax, sparse = 0, False
     for kind, value in entries:
         if kind in ("new", "bool"):
@@ -156,11 +181,17 @@ def getitem(x, key, /, *, budget=None):
         n = t.shape[ax]
         if kind == "slice":
             a, b, k = value.indices(n)
-            start.append(a), step.append(k), size.append(len(range(a, b, k))), drop.append(False)
+            start.append(a)
+            step.append(k)
+            size.append(len(range(a, b, k)))
+            drop.append(False)
             sparse = sparse or is_sparse(k, size[-1], t.shape[ax + 1 :], t.dtype.itemsize)
         else:
             check_bounds(value, n, ax)
-            start.append(value % n), step.append(1), size.append(1), drop.append(True)
+            start.append(value % n)
+            step.append(1)
+            size.append(1)
+            drop.append(True)
         ax += 1
     if sparse:
         return _gather(x, entries, False, budget=budget)
@@ -170,22 +201,30 @@ def getitem(x, key, /, *, budget=None):
     return apply(op, x, budget=budget)
 
 
-def _gather(x, entries, advanced: bool, *, budget=None):
+def _gather(
+    x: Result, entries: list[_Entry], advanced: bool, *, budget: BudgetLike = None
+) -> Result:
     """``x[key]`` as one `Gather`, for a key expanded to ``(kind, value)`` entries
     (see `getitem`), with NumPy's rules: with integer arrays (``advanced``), ints
     and 0-d bools index with them, and the broadcast index dims go where the
     indexed axes were if those are adjacent in the key, else first."""
     t = type_of(x)
+    assert t is not None  # x is a DiskArray
     shape, item = t.shape, t.dtype.itemsize
-    sources: list = [None] * len(shape)
-    arrays, joint, joint_at, plain = [], [], [], []  # plain: (entry, x axis, source, size)
+    sources: list[Any] = [None] * len(shape)  # each axis of x gets its source below
+    arrays: list[Result] = []  # the index arrays: DiskArrays, traced JAX integers
+    joint: list[tuple[int, ...]] = []
+    joint_at: list[int] = []
+    # (entry, x axis, source, size) of each entry that no index array goes with
+    plain: list[tuple[int, int | None, tuple[str, int, int] | None, int]] = []
     ax = 0
     for pos, (kind, value) in enumerate(entries):
         if kind == "new" or (kind == "bool" and not advanced):
             plain.append((pos, None, None, 0 if value is False else 1))
             continue
         if kind == "bool":
-            joint.append((int(value),)), joint_at.append(pos)
+            joint.append((int(value),))
+            joint_at.append(pos)
             continue
         n = shape[ax]
         if kind == "slice":
@@ -197,14 +236,16 @@ def _gather(x, entries, advanced: bool, *, budget=None):
             check_bounds(value, n, ax)
             sources[ax] = ("point", value % n)
             if advanced:
-                joint.append(()), joint_at.append(pos)
+                joint.append(())
+                joint_at.append(pos)
         else:
             if isinstance(value, np.ndarray):
                 check_bounds(value, n, ax)
                 value = DiskArray.from_numpy(value, budget=budget)
             sources[ax] = ("index", len(arrays))
             arrays.append(value)
-            joint.append(tuple(np.shape(value))), joint_at.append(pos)
+            joint.append(tuple(np.shape(value)))
+            joint_at.append(pos)
         ax += 1
     try:
         b = tuple(np.broadcast_shapes(*joint))
@@ -218,13 +259,14 @@ def _gather(x, entries, advanced: bool, *, budget=None):
     out_shape = [size for *_, size in plain]
     out_shape[b0:b0] = b
     for i, (_, a, source, _) in enumerate(plain):
-        if a is not None:
+        if a is not None:  # an axis of x, so a source
+            assert source is not None
             sources[a] = (source[0], i if i < b0 else i + len(b), *source[1:])
     dims = tuple(tuple(range(b0 + len(b) - len(np.shape(f)), b0 + len(b))) for f in arrays)
     return apply(Gather(tuple(sources), dims, tuple(out_shape)), x, *arrays, budget=budget)
 
 
-def _expand(entries, shape):
+def _expand(entries: list[_Entry], shape: tuple[int, ...]) -> list[_Entry]:
     """``entries`` with the ellipsis (or the missing trailing axes) as full slices."""
     ellipses = sum(kind == "ellipsis" for kind, _ in entries)
     if ellipses > 1:
@@ -242,7 +284,7 @@ def _expand(entries, shape):
     return entries[:i] + fill + entries[i + 1 :]
 
 
-def _classify(item) -> tuple[str, object]:
+def _classify(item: Any) -> _Entry:
     """One entry of an index as ``(kind, value)``.
 
     Kinds: ``"slice"``, ``"new"`` (``None``), ``"ellipsis"``, ``"int"``, ``"bool"``
@@ -295,7 +337,7 @@ def _classify(item) -> tuple[str, object]:
         ) from None
 
 
-def _refuse_mask(shape) -> None:
+def _refuse_mask(shape: Sequence[int]) -> None:
     raise IndexError(
         f"boolean-mask indexing (a bool index of shape {tuple(shape)}) is not supported "
         "out of core: its result's size depends on the data, which JAX cannot trace "
@@ -305,18 +347,20 @@ def _refuse_mask(shape) -> None:
     )
 
 
-def _in_memory_getitem(x, key):
+def _in_memory_getitem(x: ArrayLike, key: Any) -> jax.Array:
     """``x[key]`` for an in-memory ``x`` (DiskArray entries are read, within the budget)."""
     items = key if isinstance(key, tuple) else (key,)
     items = tuple(k.to_numpy() if type_of(k) is not None else k for k in items)
     return jnp.asarray(x)[items if isinstance(key, tuple) else items[0]]
 
 
-def slice_rows(x, start: int, stop: int, *, budget=None):
+def slice_rows(x: ArrayLike, start: int, stop: int, *, budget: BudgetLike = None) -> Result:
     """Rows ``start:stop`` of ``x`` (a new DiskArray; differentiable)."""
     return getitem(x, slice(start, stop), budget=budget)
 
 
-def slice_tile(x, rows: tuple[int, int], cols: tuple[int, int], *, budget=None):
+def slice_tile(
+    x: ArrayLike, rows: tuple[int, int], cols: tuple[int, int], *, budget: BudgetLike = None
+) -> Result:
     """The tile ``x[rows[0]:rows[1], cols[0]:cols[1]]`` of a 2-D DiskArray."""
     return getitem(x, (slice(*rows), slice(*cols)), budget=budget)

@@ -10,28 +10,39 @@ and memory stays bounded; their gradients are two more contractions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeGuard, cast
 
 import jax.numpy as jnp
 import numpy as np
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
 from ..arrays._op import apply
+from ._arg_types import BudgetLike
+from ._contraction import Contraction
+from ._contraction_labels import _shape_dtype
 from ._layout import Transpose
-from ._matmul import Contraction, _shape_dtype
 
 __all__ = ["matrix_transpose", "tensordot", "vecdot"]
 
 
-def _is_int(a) -> bool:
+def _is_int(a: object) -> TypeGuard[int | np.integer]:
     return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
 
 
-def _operand(x):
+def _operand(x: ArrayLike) -> Result:
     """A DiskArray as it is; anything else as a JAX value (0-d, or refused by the op)."""
-    return x if type_of(x) is not None else jnp.asarray(x)
+    return cast(Result, x) if type_of(x) is not None else jnp.asarray(x)
 
 
-def tensordot(x1, x2, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2, budget=None):
+def tensordot(
+    x1: ArrayLike,
+    x2: ArrayLike,
+    /,
+    *,
+    axes: int | tuple[Sequence[int], Sequence[int]] = 2,
+    budget: BudgetLike = None,
+) -> Result:
     """The tensor contraction of the array API standard, out of core.
 
     **Arguments:**
@@ -66,7 +77,9 @@ def tensordot(x1, x2, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2,
     return apply(Contraction(a_labels, b_labels, out, label="tensordot"), x1, x2, budget=budget)
 
 
-def _tensordot_axes(axes, sa, sb) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _tensordot_axes(
+    axes: object, sa: tuple[int, ...], sb: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``axes`` as two tuples of non-negative axes, checked."""
     if _is_int(axes):
         n = int(axes)
@@ -102,7 +115,7 @@ def _tensordot_axes(axes, sa, sb) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return pair[0], pair[1]
 
 
-def vecdot(x1, x2, /, *, axis: int = -1, budget=None):
+def vecdot(x1: ArrayLike, x2: ArrayLike, /, *, axis: int = -1, budget: BudgetLike = None) -> Result:
     """The dot product of vectors along ``axis``, ``sum(conj(x1) * x2, axis)``, out of core.
 
     As in NumPy and JAX, ``axis`` is an axis of each operand (negative ones count
@@ -144,7 +157,7 @@ def vecdot(x1, x2, /, *, axis: int = -1, budget=None):
     nb = max(len(ra), len(rb))
     batch, k = tuple(range(nb)), nb
 
-    def labels(rest_ndim, at):
+    def labels(rest_ndim: int, at: int) -> tuple[int, ...]:
         own = list(batch[nb - rest_ndim :])
         own.insert(at, k)
         return tuple(own)
@@ -155,7 +168,7 @@ def vecdot(x1, x2, /, *, axis: int = -1, budget=None):
     return apply(op, x1, x2, budget=budget)
 
 
-def matrix_transpose(x, /, *, budget=None):
+def matrix_transpose(x: ArrayLike, /, *, budget: BudgetLike = None) -> Result:
     """``x`` with its last two axes swapped (a stack of transposed matrices), out of core.
 
     **Arguments:**
@@ -165,13 +178,14 @@ def matrix_transpose(x, /, *, budget=None):
 
     **Returns:** a `DiskArray` of shape ``(..., n, m)``. Differentiable.
     """
-    if type_of(x) is None:
+    t = type_of(x)
+    if t is None:
         return jnp.matrix_transpose(jnp.asarray(x))
-    nd = len(type_of(x).shape)
+    nd = len(t.shape)
     if nd < 2:
         raise ValueError(
             f"matrix_transpose needs an array of at least two dimensions, got shape "
-            f"{type_of(x).shape}; use ooc.reshape to make a vector a (1, n) matrix."
+            f"{t.shape}; use ooc.reshape to make a vector a (1, n) matrix."
         )
     axes = (*range(nd - 2), nd - 1, nd - 2)
     return apply(Transpose(axes), x, budget=budget)

@@ -8,13 +8,19 @@ array is read into memory (it decides the output's shape, so it must be concrete
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
+from typing import Any, cast
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike as JaxArrayLike
+from numpy.typing import DTypeLike
 
-from ..arrays._array import DiskArray, _is_concrete
+from ..arrays._array import ArrayLike, DiskArray, _is_concrete
 from ..arrays._hijax import type_of
 from ..kernels._promotion import canonical_dtype
+from ._arg_types import AxesLike, BudgetLike, ShapeLike
 
 __all__ = [
     "array_list",
@@ -23,6 +29,7 @@ __all__ = [
     "dtype_of",
     "in_memory",
     "is_disk",
+    "not_disk",
     "normalize_axes",
     "normalize_axis",
     "repeat_counts",
@@ -30,13 +37,13 @@ __all__ = [
 ]
 
 
-def shape_of(x) -> tuple[int, ...]:
+def shape_of(x: ArrayLike) -> tuple[int, ...]:
     """The shape of a DiskArray (traced or not) or of an in-memory value."""
     t = type_of(x)
     return t.shape if t is not None else tuple(np.shape(x))
 
 
-def dtype_of(x) -> np.dtype:
+def dtype_of(x: ArrayLike) -> np.dtype:
     """The dtype of a DiskArray (traced or not) or of an in-memory value."""
     t = type_of(x)
     if t is not None:
@@ -44,19 +51,25 @@ def dtype_of(x) -> np.dtype:
     return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
-def is_disk(*xs) -> bool:
+def is_disk(*xs: ArrayLike) -> bool:
     """Whether any of ``xs`` is a DiskArray (else a function runs on ``jax.numpy``)."""
     return any(type_of(x) is not None for x in xs)
 
 
-def in_memory(values, dtype) -> list:
+def not_disk(x: ArrayLike) -> JaxArrayLike:
+    """``x``, which `is_disk` found not to be a DiskArray, as ``jax.numpy`` takes it
+    (no conversion: the type a checker cannot narrow by itself)."""
+    return cast("JaxArrayLike", x)
+
+
+def in_memory(values: Sequence[ArrayLike], dtype: DTypeLike) -> list[jax.Array]:
     """``values`` as JAX arrays of NumPy's promoted ``dtype``, as JAX holds it (32-bit
     for 64-bit while x64 is off, as ``jax.numpy`` computes)."""
     dtype = canonical_dtype(dtype)
     return [jnp.asarray(v, dtype) for v in values]
 
 
-def as_int(value, what: str) -> int:
+def as_int(value: Any, what: str) -> int:
     """``value`` as an int (a bool is refused, as an axis or a count)."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{what} must be an int, got a bool ({value!r}).")
@@ -66,14 +79,14 @@ def as_int(value, what: str) -> int:
         raise TypeError(f"{what} must be an int, got {type(value).__name__}.") from None
 
 
-def as_ints(value, what: str) -> tuple[int, ...]:
+def as_ints(value: ShapeLike, what: str) -> tuple[int, ...]:
     """An int or a tuple (or list) of ints, as a tuple."""
     if isinstance(value, (tuple, list)):
         return tuple(as_int(v, what) for v in value)
     return (as_int(value, what),)
 
 
-def normalize_axis(axis, ndim: int, fn: str) -> int:
+def normalize_axis(axis: int, ndim: int, fn: str) -> int:
     """``axis`` (in ``[-ndim, ndim)``) counted from 0."""
     a = as_int(axis, f"{fn}: axis")
     if not -ndim <= a < ndim:
@@ -84,7 +97,7 @@ def normalize_axis(axis, ndim: int, fn: str) -> int:
     return a % ndim
 
 
-def normalize_axes(axis, ndim: int, fn: str) -> tuple[int, ...]:
+def normalize_axes(axis: AxesLike, ndim: int, fn: str) -> tuple[int, ...]:
     """An axis or a tuple of distinct axes, each counted from 0."""
     axes = tuple(normalize_axis(a, ndim, fn) for a in as_ints(axis, f"{fn}: axis"))
     if len(set(axes)) != len(axes):
@@ -92,7 +105,7 @@ def normalize_axes(axis, ndim: int, fn: str) -> tuple[int, ...]:
     return axes
 
 
-def array_list(arrays, fn: str) -> list:
+def array_list(arrays: Sequence[ArrayLike], fn: str) -> list[ArrayLike]:
     """The ``arrays`` argument of `concat`/`stack`: a non-empty tuple or list."""
     if not isinstance(arrays, (tuple, list)):
         raise TypeError(
@@ -103,7 +116,7 @@ def array_list(arrays, fn: str) -> list:
     return list(arrays)
 
 
-def repeat_counts(repeats, budget) -> np.ndarray | int:
+def repeat_counts(repeats: ArrayLike, budget: BudgetLike) -> np.ndarray | int:
     """``repeats`` as an int, or as a 0-d/1-D int64 array of counts (a DiskArray
     of counts read from disk, within the budget)."""
     t = type_of(repeats)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..arrays._op import BlockParallelOp, frozen
 from ..kernels._promotion import to_primal_dtype
+from ..storage._paged_file import Region
 from ._blockwise import broadcast_region
 
 __all__ = ["BroadcastTo", "Flip", "UnitAxes"]
@@ -30,10 +31,10 @@ class Flip(BlockParallelOp):
     def name(self) -> str:
         return "flip"
 
-    def output_shape(self, s):
+    def output_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
         return s
 
-    def index_map(self, out_r, red_r, s):
+    def index_map(self, out_r: Region, red_r: Region, s: tuple[int, ...]) -> tuple[Region | None]:
         if not s:
             return (None,)
         region = list(out_r)
@@ -42,10 +43,10 @@ class Flip(BlockParallelOp):
             region[a] = slice(s[a] - r.stop, s[a] - r.start)
         return (tuple(region),)
 
-    def forward_block(self, x):
+    def forward_block(self, x: np.ndarray) -> np.ndarray:
         return np.flip(x, self.axes).copy()
 
-    def backward_block(self, g, x):
+    def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         return (np.flip(g, self.axes).copy(),)
 
 
@@ -64,22 +65,24 @@ class UnitAxes(BlockParallelOp):
     def name(self) -> str:
         return self.label
 
-    def output_shape(self, s):
+    def output_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
         return self.out_shape
 
-    def index_map(self, out_r, red_r, s):
+    def index_map(self, out_r: Region, red_r: Region, s: tuple[int, ...]) -> tuple[Region | None]:
         if not s:
             return (None,)
         kept = iter([r for r, n in zip(out_r, self.out_shape) if n != 1])
         return (tuple(slice(0, 1) if n == 1 else next(kept) for n in s),)
 
-    def forward_block(self, x):  # a 0-d output (tiles of others go to `forward_into`)
+    def forward_block(
+        self, x: np.ndarray
+    ) -> np.ndarray:  # a 0-d output (tiles of others go to `forward_into`)
         return np.asarray(x).reshape(())
 
-    def forward_into(self, out, x, accumulate):
+    def forward_into(self, out: np.ndarray, x: np.ndarray, accumulate: bool) -> None:
         out[...] = x.reshape(out.shape)
 
-    def backward_block(self, g, x):
+    def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         return (np.asarray(g).reshape(x.shape),)
 
 
@@ -95,19 +98,21 @@ class BroadcastTo(BlockParallelOp):
     def name(self) -> str:
         return "broadcast_to"
 
-    def output_shape(self, s):
+    def output_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
         return self.out_shape
 
-    def index_map(self, out_r, red_r, s):
+    def index_map(self, out_r: Region, red_r: Region, s: tuple[int, ...]) -> tuple[Region | None]:
         return (broadcast_region(out_r, s),)
 
-    def forward_block(self, x):  # a 0-d output (tiles of others go to `forward_into`)
+    def forward_block(
+        self, x: np.ndarray
+    ) -> np.ndarray:  # a 0-d output (tiles of others go to `forward_into`)
         return np.asarray(x).reshape(())
 
-    def forward_into(self, out, x, accumulate):
+    def forward_into(self, out: np.ndarray, x: np.ndarray, accumulate: bool) -> None:
         out[...] = x
 
-    def backward_block(self, g, x):
+    def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         g = np.asarray(g)
         lead = g.ndim - x.ndim
         spread = tuple(lead + a for a, n in enumerate(x.shape) if n == 1 and g.shape[lead + a] != 1)

@@ -15,13 +15,18 @@ input itself. With no `DiskArray` among the arguments a function runs in memory 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import cast
 
 import jax.numpy as jnp
 import numpy as np
 
-from ..arrays._hijax import bind, type_of
+from ..arrays._array import ArrayLike, Result
+from ..arrays._hijax import type_of
 from ..arrays._op import apply
+from ..arrays._primitives import bind
 from ..planning._budget import get_budget
+from ._arg_types import AxesLike, BudgetLike, ShapeLike
 from ._axis_gather import AxisGather, Cyclic, Repeated, RepeatedBy, Same, Shifted
 from ._concat import Concat, Stack
 from ._layout import getitem, transpose
@@ -33,11 +38,12 @@ from ._manip_args import (
     is_disk,
     normalize_axes,
     normalize_axis,
+    not_disk,
     repeat_counts,
     shape_of,
 )
 from ._manip_boxes import BroadcastTo, Flip, UnitAxes
-from ._reshape import FlatCopy
+from ._reshape import FlatCopy, flat_concat, reshaped
 
 __all__ = [
     "broadcast_arrays",
@@ -60,16 +66,9 @@ __all__ = [
 # ---------------------------------------------------------------- reshaping
 
 
-def _reshaped(x, shape, fn, budget):
-    """``x`` (a DiskArray or a 0-d value) as a new array of ``shape``."""
-    squeezed = tuple(n for n in shape_of(x) if n != 1)
-    if squeezed == tuple(n for n in shape if n != 1):
-        return apply(UnitAxes(tuple(shape), fn), x, budget=budget)
-    size = math.prod(shape)
-    return apply(FlatCopy(tuple(shape), ((0, 0, 0, size),), fn), x, budget=budget)
-
-
-def reshape(x, /, shape, *, copy: bool | None = None, budget=None):
+def reshape(
+    x: ArrayLike, /, shape: ShapeLike, *, copy: bool | None = None, budget: BudgetLike = None
+) -> Result:
     """``x`` with a new ``shape`` (one side may be ``-1``: inferred), the elements
     in the same C order.
 
@@ -90,31 +89,32 @@ def reshape(x, /, shape, *, copy: bool | None = None, budget=None):
     if (unknown and -1 in shape) or math.prod(shape) != size:
         raise ValueError(f"reshape: cannot reshape an array of size {size} into shape {shape}.")
     if not is_disk(x):
-        return jnp.reshape(x, shape)
+        return jnp.reshape(not_disk(x), shape)
     if shape == old and not copy:
-        return x
+        return cast("Result", x)  # a DiskArray, or its tracer
     if copy is False:
         raise ValueError(
             f"reshape: copy=False, but a DiskArray of shape {shape} is a new file (a copy) "
             f"of one of shape {old}. Pass copy=None to allow it."
         )
-    return _reshaped(x, shape, "reshape", budget)
+    return reshaped(x, shape, "reshape", budget)
 
 
-def expand_dims(x, /, axis, *, budget=None):
+def expand_dims(x: ArrayLike, /, axis: AxesLike, *, budget: BudgetLike = None) -> Result:
     """``x`` with a new axis of size 1 at ``axis`` (in ``[-ndim - 1, ndim]``); a tuple
     of axes inserts several, as NumPy does. A new array."""
     old = shape_of(x)
     axes = normalize_axes(axis, len(old) + len(as_ints(axis, "expand_dims: axis")), "expand_dims")
     if not is_disk(x):
-        return jnp.expand_dims(x, axes)
-    shape, it = [], iter(old)
+        return jnp.expand_dims(not_disk(x), axes)
+    shape: list[int] = []
+    it = iter(old)
     for a in range(len(old) + len(axes)):
         shape.append(1 if a in axes else next(it))
     return apply(UnitAxes(tuple(shape), "expand_dims"), x, budget=budget)
 
 
-def squeeze(x, /, axis, *, budget=None):
+def squeeze(x: ArrayLike, /, axis: AxesLike, *, budget: BudgetLike = None) -> Result:
     """``x`` without the size-1 axes ``axis`` (an int or a tuple); a `ValueError` if
     one of them is longer. A new array (0-d: a JAX array)."""
     old = shape_of(x)
@@ -126,7 +126,7 @@ def squeeze(x, /, axis, *, budget=None):
             f"can be removed (shape {old})."
         )
     if not is_disk(x):
-        return jnp.squeeze(x, axes)
+        return jnp.squeeze(not_disk(x), axes)
     shape = tuple(n for a, n in enumerate(old) if a not in axes)
     return apply(UnitAxes(shape, "squeeze"), x, budget=budget)
 
@@ -134,15 +134,9 @@ def squeeze(x, /, axis, *, budget=None):
 # ---------------------------------------------------------------- joining and splitting
 
 
-def _flat_concat(arrays, fn, budget):
-    shapes = [shape_of(a) for a in arrays]
-    sizes = [math.prod(s) for s in shapes]
-    offsets = np.cumsum([0, *sizes])
-    pieces = tuple((i, 0, int(offsets[i]), n) for i, n in enumerate(sizes) if n)
-    return apply(FlatCopy((int(offsets[-1]),), pieces, fn), *arrays, budget=budget)
-
-
-def concat(arrays, /, *, axis: int | None = 0, budget=None):
+def concat(
+    arrays: Sequence[ArrayLike], /, *, axis: int | None = 0, budget: BudgetLike = None
+) -> Result:
     """The arrays joined along an existing ``axis`` (``None``: all flattened first),
     in NumPy's promoted dtype. A new array; each output tile reads only the parts
     of the inputs it holds."""
@@ -157,7 +151,7 @@ def concat(arrays, /, *, axis: int | None = 0, budget=None):
     if axis is None:
         if all(len(s) == 1 for s in shapes):
             return apply(Concat(0), *arrays, budget=budget)
-        return _flat_concat(arrays, "concat", budget)
+        return flat_concat(arrays, "concat", budget)
     ndim = len(shapes[0])
     if ndim == 0 or any(len(s) != ndim for s in shapes):
         raise ValueError(
@@ -173,7 +167,7 @@ def concat(arrays, /, *, axis: int | None = 0, budget=None):
     return apply(Concat(ax), *arrays, budget=budget)
 
 
-def stack(arrays, /, *, axis: int = 0, budget=None):
+def stack(arrays: Sequence[ArrayLike], /, *, axis: int = 0, budget: BudgetLike = None) -> Result:
     """The arrays (of one shape) joined along a new ``axis`` (in ``[-ndim - 1, ndim]``),
     in NumPy's promoted dtype. A new array."""
     arrays = array_list(arrays, "stack")
@@ -185,11 +179,11 @@ def stack(arrays, /, *, axis: int = 0, budget=None):
         dtype = np.result_type(*[dtype_of(a) for a in arrays])
         return jnp.stack(in_memory(arrays, dtype), axis=ax)
     if not shapes[0]:  # 0-d arrays: a flattening concatenation
-        return _flat_concat(arrays, "stack", budget)
+        return flat_concat(arrays, "stack", budget)
     return apply(Stack(ax), *arrays, budget=budget)
 
 
-def unstack(x, /, *, axis: int = 0, budget=None) -> tuple:
+def unstack(x: ArrayLike, /, *, axis: int = 0, budget: BudgetLike = None) -> tuple[Result, ...]:
     """The slices of ``x`` along ``axis``, as a tuple of new arrays (each reads
     only its slice)."""
     shape = shape_of(x)
@@ -198,7 +192,7 @@ def unstack(x, /, *, axis: int = 0, budget=None) -> tuple:
     ax = normalize_axis(axis, len(shape), "unstack")
     if not is_disk(x):
         return tuple(jnp.moveaxis(jnp.asarray(x), ax, 0))
-    index = [slice(None)] * len(shape)
+    index: list[slice | int] = [slice(None)] * len(shape)
     out = []
     for i in range(shape[ax]):
         index[ax] = i
@@ -209,7 +203,7 @@ def unstack(x, /, *, axis: int = 0, budget=None) -> tuple:
 # ---------------------------------------------------------------- axes
 
 
-def permute_dims(x, /, axes, *, budget=None):
+def permute_dims(x: ArrayLike, /, axes: Sequence[int], *, budget: BudgetLike = None) -> Result:
     """``x`` with its axes permuted: output axis ``i`` is input axis ``axes[i]``."""
     ndim = len(shape_of(x))
     perm = tuple(
@@ -220,11 +214,13 @@ def permute_dims(x, /, axes, *, budget=None):
             f"permute_dims: axes {tuple(axes)} is not a permutation of the {ndim} axes."
         )
     if not is_disk(x):
-        return jnp.transpose(x, perm)
+        return jnp.transpose(not_disk(x), perm)
     return transpose(x, perm, budget=budget)
 
 
-def moveaxis(x, source, destination, /, *, budget=None):
+def moveaxis(
+    x: ArrayLike, source: AxesLike, destination: AxesLike, /, *, budget: BudgetLike = None
+) -> Result:
     """``x`` with the axes ``source`` moved to positions ``destination`` (ints or
     tuples of one length), the other axes in their order."""
     ndim = len(shape_of(x))
@@ -237,23 +233,25 @@ def moveaxis(x, source, destination, /, *, budget=None):
             f"moveaxis: source {source!r} and destination {destination!r} must name as many axes."
         )
     if not is_disk(x):
-        return jnp.moveaxis(x, src, dst)
+        return jnp.moveaxis(not_disk(x), src, dst)
     perm = [a for a in range(ndim) if a not in src]
     for d, s in sorted(zip(dst, src)):
         perm.insert(d, s)
     return transpose(x, tuple(perm), budget=budget)
 
 
-def flip(x, /, *, axis=None, budget=None):
+def flip(x: ArrayLike, /, *, axis: AxesLike | None = None, budget: BudgetLike = None) -> Result:
     """``x`` reversed along ``axis`` (an int, a tuple, or ``None``: all axes). A new array."""
     ndim = len(shape_of(x))
     axes = tuple(range(ndim)) if axis is None else normalize_axes(axis, ndim, "flip")
     if not is_disk(x):
-        return jnp.flip(x, axes)
+        return jnp.flip(not_disk(x), axes)
     return apply(Flip(axes), x, budget=budget)
 
 
-def roll(x, /, shift, *, axis=None, budget=None):
+def roll(
+    x: ArrayLike, /, shift: ShapeLike, *, axis: AxesLike | None = None, budget: BudgetLike = None
+) -> Result:
     """``x`` with its elements shifted by ``shift`` along ``axis`` (those rolling off
     one end come back at the other); ``axis=None`` rolls the flattened array. A
     tuple ``shift`` needs a tuple ``axis`` of its length; an int shift applies to
@@ -264,7 +262,7 @@ def roll(x, /, shift, *, axis=None, budget=None):
         if isinstance(shift, (tuple, list)):
             raise ValueError("roll: a tuple shift needs a tuple axis of the same length.")
         if not is_disk(x):
-            return jnp.roll(x, shifts[0])
+            return jnp.roll(not_disk(x), shifts[0])
         size = math.prod(shape)
         s = shifts[0] % size if size else 0
         pieces = tuple(p for p in ((0, size - s, 0, s), (0, 0, s, size - s)) if p[3])
@@ -275,7 +273,7 @@ def roll(x, /, shift, *, axis=None, budget=None):
     elif len(shifts) != len(axes) or not isinstance(axis, (tuple, list)):
         raise ValueError(f"roll: shift {shift!r} and axis {axis!r} must have one length.")
     if not is_disk(x):
-        return jnp.roll(x, shifts, axes)
+        return jnp.roll(not_disk(x), shifts, axes)
     total = [0] * len(shape)
     for s, a in zip(shifts, axes):
         total[a] += s  # an axis named twice is shifted by the sum, as in NumPy
@@ -286,7 +284,7 @@ def roll(x, /, shift, *, axis=None, budget=None):
 # ---------------------------------------------------------------- broadcasting
 
 
-def broadcast_to(x, /, shape, *, budget=None):
+def broadcast_to(x: ArrayLike, /, shape: ShapeLike, *, budget: BudgetLike = None) -> Result:
     """``x`` broadcast to ``shape`` (as NumPy broadcasts), as a new array; an array
     that already has ``shape`` is returned as it is."""
     shape = as_ints(shape, "broadcast_to: shape")
@@ -299,13 +297,13 @@ def broadcast_to(x, /, shape, *, budget=None):
     ):
         raise ValueError(f"broadcast_to: an array of shape {old} cannot be broadcast to {shape}.")
     if not is_disk(x):
-        return jnp.broadcast_to(x, shape)
+        return jnp.broadcast_to(not_disk(x), shape)
     if old == shape:
-        return x
+        return cast("Result", x)  # a DiskArray, or its tracer
     return apply(BroadcastTo(shape), x, budget=budget)
 
 
-def broadcast_arrays(*arrays, budget=None) -> list:
+def broadcast_arrays(*arrays: ArrayLike, budget: BudgetLike = None) -> list[Result]:
     """The arrays broadcast against each other (see `broadcast_to`): each already of
     the broadcast shape is returned as it is."""
     shapes = [shape_of(a) for a in arrays]
@@ -315,9 +313,9 @@ def broadcast_arrays(*arrays, budget=None) -> list:
         listed = " and ".join(str(s) for s in shapes)
         raise ValueError(f"broadcast_arrays: shapes {listed} do not broadcast together.") from None
     if not is_disk(*arrays):
-        return [jnp.broadcast_to(a, shape) for a in arrays]
+        return [jnp.broadcast_to(not_disk(a), shape) for a in arrays]
     return [
-        a
+        cast("Result", a)
         if s == shape and type_of(a) is not None
         else bind(BroadcastTo(shape), get_budget(budget), a)
         for a, s in zip(arrays, shapes)
@@ -327,7 +325,9 @@ def broadcast_arrays(*arrays, budget=None) -> list:
 # ---------------------------------------------------------------- repetition
 
 
-def repeat(x, repeats, /, *, axis: int | None = None, budget=None):
+def repeat(
+    x: ArrayLike, repeats: ArrayLike, /, *, axis: int | None = None, budget: BudgetLike = None
+) -> Result:
     """Each element of ``x`` repeated ``repeats`` times along ``axis`` (``None``:
     of the flattened array). ``repeats`` is an int, or a 1-D integer array of one
     count per element (or one count for all); a `DiskArray` of counts is read
@@ -352,9 +352,10 @@ def repeat(x, repeats, /, *, axis: int | None = None, budget=None):
     elif counts < 0:
         raise ValueError(f"repeat: repeats may not be negative, got {counts}.")
     if not is_disk(x):
-        return jnp.repeat(x, counts, axis=axis)
+        return jnp.repeat(not_disk(x), counts, axis=axis)
     if axis is None and len(shape) != 1:
-        x, shape = _reshaped(x, (n,), "repeat", budget), (n,)
+        x, shape = reshaped(x, (n,), "repeat", budget), (n,)
+    along: RepeatedBy | Repeated
     if isinstance(counts, np.ndarray):
         along = RepeatedBy.of(counts)
     else:
@@ -363,7 +364,7 @@ def repeat(x, repeats, /, *, axis: int | None = None, budget=None):
     return apply(AxisGather(maps, 0, "repeat"), x, budget=budget)
 
 
-def tile(x, repetitions, /, *, budget=None):
+def tile(x: ArrayLike, repetitions: ShapeLike, /, *, budget: BudgetLike = None) -> Result:
     """``x`` repeated ``repetitions[i]`` times along each axis ``i`` (the shorter of
     the two padded with leading ones, as the standard says). A new array."""
     reps = as_ints(repetitions, "tile: repetitions")
@@ -371,7 +372,7 @@ def tile(x, repetitions, /, *, budget=None):
         raise ValueError(f"tile: repetitions {reps} may not be negative.")
     shape = shape_of(x)
     if not is_disk(x):
-        return jnp.tile(x, reps)
+        return jnp.tile(not_disk(x), reps)
     lead = max(len(reps) - len(shape), 0)
     sides = (1,) * lead + shape
     reps = (1,) * (len(sides) - len(reps)) + reps

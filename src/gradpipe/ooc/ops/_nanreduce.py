@@ -16,15 +16,24 @@ the same expressions in ``jax.numpy``: zero for the skipped elements.
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
+import numpy as np
+from numpy.typing import DTypeLike
+
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
+from ._arg_types import BudgetLike
 from ._blockwise import blockwise
+from ._cumulative import cumulative_prod, cumulative_sum
 from ._elementwise import astype, divide, imag, isnan, real, sqrt, where
+from ._extrema import max, min
 from ._persist import persist
-from ._reduce import max, mean, min, sum
+from ._reduce import mean, sum
 from ._searching import argmax, argmin
-from ._statistics import cumulative_prod, cumulative_sum, prod
+from ._statistics import prod
 
 __all__ = [
     "nanargmax",
@@ -41,48 +50,52 @@ __all__ = [
 ]
 
 
-def _dtype(x) -> np.dtype:
+def _dtype(x: ArrayLike) -> np.dtype:
     t = type_of(x)
     return np.dtype(t.dtype) if t is not None else np.asarray(x).dtype
 
 
-def _has_nans(x) -> bool:
+def _has_nans(x: ArrayLike) -> bool:
     return _dtype(x).kind in "fc"
 
 
-def _filled(xp, x, *, value):
+def _filled(xp: ModuleType, x: Any, *, value: float) -> Any:
     return xp.where(xp.isnan(x), xp.asarray(value, dtype=x.dtype), x)
 
 
-def _numbers(xp, x, *, dtype):
+def _numbers(xp: ModuleType, x: Any, *, dtype: DTypeLike) -> Any:
     return xp.astype(xp.logical_not(xp.isnan(x)), dtype)
 
 
-def _paired(xp, x, *, dtype):
+def _paired(xp: ModuleType, x: Any, *, dtype: DTypeLike) -> Any:
     # the value (0 for a NaN) as the real part, 1 for a number as the imaginary one
     numbers = xp.logical_not(xp.isnan(x))
     return xp.astype(xp.where(numbers, x, 0), dtype) + 1j * xp.astype(numbers, dtype)
 
 
-def _squared_deviations(xp, x, m):
+def _squared_deviations(xp: ModuleType, x: Any, m: Any) -> Any:
     # a NaN is replaced by the mean before subtracting (not after squaring), so
     # that its deviation and the gradient through it are zero, never NaN
     d = xp.where(xp.isnan(x), m, x) - m
     return (d * xp.conj(d)).real
 
 
-def _fill(x, value, budget):
+def _fill(x: ArrayLike, value: float, budget: BudgetLike) -> Result:
     return blockwise(_filled, "nan_to_identity", x, budget=budget, value=value)
 
 
-def _count(x, axis, keepdims, budget):
+def _count(
+    x: ArrayLike, axis: int | tuple[int, ...] | None, keepdims: bool, budget: BudgetLike
+) -> Result:
     """How many numbers (not NaN) ``x`` holds along ``axis``, in ``x``'s real dtype."""
     real = np.finfo(_dtype(x)).dtype.str
     ones = blockwise(_numbers, "count_numbers", x, budget=budget, dtype=real)
     return sum(ones, axis=axis, keepdims=keepdims, budget=budget)
 
 
-def _sum_and_count(x, axis, keepdims, budget):
+def _sum_and_count(
+    x: ArrayLike, axis: int | tuple[int, ...] | None, keepdims: bool, budget: BudgetLike
+) -> tuple[Result, Result]:
     """The sum of the numbers of ``x`` along ``axis`` and how many there are. For
     real ``x``, one pass (see the module); a complex ``x`` takes two."""
     dt = _dtype(x)
@@ -95,32 +108,56 @@ def _sum_and_count(x, axis, keepdims, budget):
     return real(both, budget=budget), imag(both, budget=budget)
 
 
-def _cast(result, dtype, budget):
+def _cast(result: Result, dtype: DTypeLike | None, budget: BudgetLike) -> Result:
     return result if dtype is None else astype(result, np.dtype(dtype), budget=budget)
 
 
-def _stored(result, budget):
+def _stored(result: Result, budget: BudgetLike) -> Result:
     """A result combined from reductions (a sum over a count, say), written now: it
     is as small as the reductions, and a fused result costs every later consumer
     buffers of its own (xarray stacks one per group in ``groupby``)."""
     return persist(result, budget=budget) if type_of(result) is not None else result
 
 
-def nansum(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None):
+def nansum(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    dtype: DTypeLike | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Sum over ``axis`` with NaNs counted as zero (``np.nansum``), out of core; see `sum`."""
     if _has_nans(x):
         x = _fill(x, 0, budget)
     return sum(x, axis=axis, dtype=dtype, keepdims=keepdims, budget=budget)
 
 
-def nanprod(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None):
+def nanprod(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    dtype: DTypeLike | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Product over ``axis`` with NaNs counted as one (``np.nanprod``); see `prod`."""
     if _has_nans(x):
         x = _fill(x, 1, budget)
     return prod(x, axis=axis, dtype=dtype, keepdims=keepdims, budget=budget)
 
 
-def nanmean(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None):
+def nanmean(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    dtype: DTypeLike | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Mean of the numbers along ``axis``, NaNs left out (``np.nanmean``); NaN where
     a slice holds none. One pass for real data (the sum and the count together)."""
     if not _has_nans(x):
@@ -129,7 +166,16 @@ def nanmean(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None)
     return _stored(_cast(divide(total, count, budget=budget), dtype, budget), budget)
 
 
-def nanvar(x, /, *, axis=None, dtype=None, ddof: int = 0, keepdims: bool = False, budget=None):
+def nanvar(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    dtype: DTypeLike | None = None,
+    ddof: int = 0,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Variance of the numbers along ``axis`` (``np.nanvar``), ``ddof`` as NumPy's:
     the mean first, then the sum of squared deviations and the count."""
     if not _has_nans(x):
@@ -144,13 +190,29 @@ def nanvar(x, /, *, axis=None, dtype=None, ddof: int = 0, keepdims: bool = False
     return _stored(_cast(divide(total, count - ddof, budget=budget), dtype, budget), budget)
 
 
-def nanstd(x, /, *, axis=None, dtype=None, ddof: int = 0, keepdims: bool = False, budget=None):
+def nanstd(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    dtype: DTypeLike | None = None,
+    ddof: int = 0,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Standard deviation of the numbers along ``axis`` (``np.nanstd``); see `nanvar`."""
     v = nanvar(x, axis=axis, ddof=ddof, keepdims=keepdims, budget=budget)
     return _stored(_cast(sqrt(v, budget=budget), dtype, budget), budget)
 
 
-def _extremum(reduce, fill, x, axis, keepdims, budget):
+def _extremum(
+    reduce: Callable[..., Result],
+    fill: float,
+    x: ArrayLike,
+    axis: int | tuple[int, ...] | None,
+    keepdims: bool,
+    budget: BudgetLike,
+) -> Result:
     if not _has_nans(x):
         return reduce(x, axis=axis, keepdims=keepdims, budget=budget)
     best = reduce(_fill(x, fill, budget), axis=axis, keepdims=keepdims, budget=budget)
@@ -158,18 +220,39 @@ def _extremum(reduce, fill, x, axis, keepdims, budget):
     return _stored(where(count > 0, best, np.nan, budget=budget), budget)
 
 
-def nanmax(x, /, *, axis=None, keepdims: bool = False, budget=None):
+def nanmax(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Maximum of the numbers along ``axis`` (``np.nanmax``); NaN where a slice holds
     none. Two passes: the maximum and the count."""
     return _extremum(max, -np.inf, x, axis, keepdims, budget)
 
 
-def nanmin(x, /, *, axis=None, keepdims: bool = False, budget=None):
+def nanmin(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Minimum of the numbers along ``axis`` (``np.nanmin``); see `nanmax`."""
     return _extremum(min, np.inf, x, axis, keepdims, budget)
 
 
-def nanargmax(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None):
+def nanargmax(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Index of the largest number along ``axis``, NaNs left out (``np.nanargmax``
     raises on a slice of NaNs only; here such a slice gives index 0)."""
     if _has_nans(x):
@@ -177,14 +260,28 @@ def nanargmax(x, /, *, axis: int | None = None, keepdims: bool = False, budget=N
     return argmax(x, axis=axis, keepdims=keepdims, budget=budget)
 
 
-def nanargmin(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None):
+def nanargmin(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Index of the smallest number along ``axis``, NaNs left out; see `nanargmax`."""
     if _has_nans(x):
         x = _fill(x, np.inf, budget)
     return argmin(x, axis=axis, keepdims=keepdims, budget=budget)
 
 
-def nancumsum(x, /, *, axis: int | None = None, dtype=None, budget=None):
+def nancumsum(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | None = None,
+    dtype: DTypeLike | None = None,
+    budget: BudgetLike = None,
+) -> Result:
     """Running sum along ``axis`` with NaNs counted as zero (``np.nancumsum``); see
     `cumulative_sum`."""
     if _has_nans(x):
@@ -192,7 +289,14 @@ def nancumsum(x, /, *, axis: int | None = None, dtype=None, budget=None):
     return cumulative_sum(x, axis=axis, dtype=dtype, budget=budget)
 
 
-def nancumprod(x, /, *, axis: int | None = None, dtype=None, budget=None):
+def nancumprod(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | None = None,
+    dtype: DTypeLike | None = None,
+    budget: BudgetLike = None,
+) -> Result:
     """Running product along ``axis`` with NaNs counted as one (``np.nancumprod``)."""
     if _has_nans(x):
         x = _fill(x, 1, budget)

@@ -9,17 +9,26 @@ gradient with respect to the input is the gradient's middle part, as in JAX. Onl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
+
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
+from ._arg_types import BudgetLike
 from ._creation import full
 from ._manipulation import concat
 
 __all__ = ["pad"]
 
+#: A pad width as NumPy spells it: one for all, ``(before, after)``, or a pair per axis.
+PadWidth = int | Sequence[int] | Sequence[Sequence[int]]
 
-def _widths(pad_width, ndim: int) -> list[tuple[int, int]]:
+
+def _widths(pad_width: PadWidth, ndim: int) -> list[tuple[int, int]]:
     """``pad_width`` in NumPy's spellings as one ``(before, after)`` per axis."""
     w = np.asarray(pad_width, dtype=np.int64)
     if w.ndim == 0:
@@ -36,7 +45,8 @@ def _widths(pad_width, ndim: int) -> list[tuple[int, int]]:
     return [(int(b), int(a)) for b, a in w]
 
 
-def _values(constant_values, ndim: int) -> list[tuple[float, float]]:
+def _values(constant_values: npt.ArrayLike, ndim: int) -> list[tuple[Any, Any]]:
+    """``constant_values`` as one ``(before, after)`` per axis (Python scalars)."""
     v = np.asarray(constant_values, dtype=object)
     if v.ndim == 0:
         return [(v.item(), v.item())] * ndim
@@ -44,7 +54,14 @@ def _values(constant_values, ndim: int) -> list[tuple[float, float]]:
     return [(b, a) for b, a in v]
 
 
-def pad(x, pad_width, mode: str = "constant", *, constant_values=0, budget=None):
+def pad(
+    x: ArrayLike,
+    pad_width: PadWidth,
+    mode: str = "constant",
+    *,
+    constant_values: npt.ArrayLike = 0,
+    budget: BudgetLike = None,
+) -> Result:
     """``x`` with ``pad_width`` elements of ``constant_values`` before and after each
     axis (``np.pad`` in constant mode), out of core; the result keeps ``x``'s dtype."""
     t = type_of(x)
@@ -57,11 +74,11 @@ def pad(x, pad_width, mode: str = "constant", *, constant_values=0, budget=None)
     shape, dtype = tuple(t.shape), np.dtype(t.dtype)
     widths = _widths(pad_width, len(shape))
     values = _values(constant_values, len(shape))
-    out = x
+    out = cast("Result", x)  # a DiskArray, or its tracer
     for axis, ((before, after), (vb, va)) in enumerate(zip(widths, values)):
         if not before and not after:
             continue
-        parts = []
+        parts: list[Result] = []
         for n, v in ((before, vb), (None, None), (after, va)):
             if n is None:
                 parts.append(out)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ..arrays._array import ArrayLike, Result
 from ..arrays._op import CustomOp, apply, frozen
+from ..execution._driver import Driver, Value
 from ..planning._chain import is_chain
+from ._arg_types import BudgetLike
 
 __all__ = ["persist"]
 
@@ -18,17 +23,24 @@ class Persist(CustomOp):
     def name(self) -> str:
         return "persist"
 
-    def output_shape(self, s):
+    def output_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
         return s
 
-    def forward(self, driver, x):
+    def forward(self, driver: Driver, x: Value) -> Value:
         return x.store(driver) if is_chain(x) else x
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> list[Value | None]:
         return [g if wants[0] else None]
 
 
-def persist(x, /, *, budget=None):
+def persist(x: ArrayLike, /, *, budget: BudgetLike = None) -> Result:
     """``x`` with its values written to disk now, when it is a fused result.
 
     Elementwise and layout results (``ooc.exp(x) * 2``, ``x.T``) are not written

@@ -1,4 +1,4 @@
-"""Reductions over axes: sum, mean, min, max, all and any, out of core.
+"""Reductions over axes: sum, mean, all and any, out of core (min and max: `_extrema`).
 
 A reduction loops over the output's tiles with the reduced axes as its reduction
 loop: each step reduces one input block and `combine` folds the partial into the
@@ -12,34 +12,42 @@ dtypes.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import DTypeLike
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._handles import ConstantFile
 from ..arrays._hijax import type_of
 from ..arrays._op import BlockParallelOp, apply, frozen
+from ..execution._driver import Driver, Value
 from ..kernels._promotion import canonical_dtype, is_differentiable, to_primal_dtype
 from ..kernels._x64 import accumulation_dtype
+from ..storage._paged_file import Region
+from ._arg_types import BudgetLike
 
-__all__ = ["Logical", "Max", "Mean", "Min", "Sum", "all", "any", "max", "mean", "min", "sum"]
+__all__ = ["Logical", "Mean", "Sum", "all", "any", "mean", "sum"]
 
 
-def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     """``axis`` (None, an int or a tuple of ints) as sorted non-negative axes."""
     if axis is None:
         return tuple(range(ndim))
 
-    def is_int(a):
+    def is_int(a: object) -> bool:
         return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
 
+    axes: tuple[int, ...]
     if is_int(axis):
         axes = (int(axis),)
     elif isinstance(axis, (tuple, list)) and builtins.all(is_int(a) for a in axis):
         axes = tuple(int(a) for a in axis)
     else:
         raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}.")
-    out = []
+    out: list[int] = []
     for a in axes:
         if not -ndim <= a < ndim:
             raise ValueError(f"axis {a} is out of range for an array of {ndim} dimensions.")
@@ -49,7 +57,7 @@ def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def accumulated_dtype(name: str, dx, dtype) -> np.dtype:
+def accumulated_dtype(name: str, dx: DTypeLike | None, dtype: DTypeLike | None) -> np.dtype:
     """The dtype of ``sum``/``prod``/``cumulative_sum``... of ``dx`` values: ``dtype``
     when given, else NumPy's: bools and signed ints give int64, unsigned ints
     uint64, floating types keep theirs. (The public functions pass the default of
@@ -71,19 +79,22 @@ class Reduction(BlockParallelOp):
     axes: tuple[int, ...]
     keepdims: bool = False
 
-    def output_shape(self, s, *_):
+    def output_shape(self, s: tuple[int, ...], *_: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(
             1 if a in self.axes else n
             for a, n in enumerate(s)
             if self.keepdims or a not in self.axes
         )
 
-    def reduction_shape(self, s, *_):
+    def reduction_shape(self, s: tuple[int, ...], *_: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(s[a] for a in self.axes)
 
-    def index_map(self, out_r, red_r, s, *small):
+    def index_map(
+        self, out_r: Region, red_r: Region, s: tuple[int, ...], *small: tuple[int, ...]
+    ) -> tuple[Region | None, ...]:
         """``x``'s block, then one output-shaped block per further (reduced) input."""
-        out_it, red_it, region = iter(out_r), iter(red_r), []
+        out_it, red_it = iter(out_r), iter(red_r)
+        region: list[slice] = []
         for a in range(len(s)):
             if a in self.axes:
                 if self.keepdims:
@@ -93,7 +104,7 @@ class Reduction(BlockParallelOp):
                 region.append(next(out_it))
         return (tuple(region), *[out_r if sm else None for sm in small])
 
-    def _expand(self, g, ndim):
+    def _expand(self, g: np.ndarray, ndim: int) -> np.ndarray:
         """``g`` with the reduced axes put back (as size 1) for broadcasting."""
         g = np.asarray(g)
         return g if self.keepdims else np.expand_dims(g, self.axes) if self.axes else g
@@ -104,13 +115,15 @@ class Spread(Reduction):
     """Elementwise over ``x`` with output-shaped values of a reduction over the same
     axes broadcast back along them (the shape of a gradient through a reduction)."""
 
-    def output_shape(self, s, *_):
+    def output_shape(self, s: tuple[int, ...], *_: tuple[int, ...]) -> tuple[int, ...]:
         return s
 
-    def reduction_shape(self, *_):
+    def reduction_shape(self, *_: tuple[int, ...]) -> tuple[int, ...]:
         return ()
 
-    def index_map(self, out_r, red_r, s, *small):
+    def index_map(
+        self, out_r: Region, red_r: Region, s: tuple[int, ...], *small: tuple[int, ...]
+    ) -> tuple[Region | None, ...]:
         red = tuple(
             slice(0, 1) if a in self.axes else r
             for a, r in enumerate(out_r)
@@ -118,7 +131,7 @@ class Spread(Reduction):
         )
         return (out_r, *[red if sm else None for sm in small])
 
-    def output_dtype(self, dx, *_):
+    def output_dtype(self, dx: np.dtype, *_: np.dtype) -> np.dtype:
         return dx
 
 
@@ -134,10 +147,10 @@ class Accumulation(Reduction):
 
     dtype: str | None = None
 
-    def output_dtype(self, dx):
+    def output_dtype(self, dx: np.dtype) -> np.dtype:
         return accumulated_dtype(self.name, dx, self.dtype)
 
-    def accumulator_dtype(self, dx) -> np.dtype:
+    def accumulator_dtype(self, dx: np.dtype) -> np.dtype:
         out = np.dtype(self.output_dtype(dx))
         return np.dtype(np.float32) if out == np.float16 else out
 
@@ -153,22 +166,29 @@ class Sum(Accumulation):
     def name(self) -> str:
         return "sum"
 
-    def _scale(self, block):
+    def _scale(self, block: np.ndarray) -> np.ndarray:
         return block
 
-    def forward_block(self, x):
+    def forward_block(self, x: np.ndarray) -> np.ndarray:
         return np.sum(
             x, axis=self.axes, keepdims=self.keepdims, dtype=self.accumulator_dtype(x.dtype)
         )
 
-    def finish(self, acc):
+    def finish(self, acc: np.ndarray) -> np.ndarray:
         return self._scale(acc)
 
-    def backward_block(self, g, x):
+    def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         g = self._scale(self._expand(g, x.ndim))
         return (to_primal_dtype(np.broadcast_to(g, x.shape), x.dtype).copy(),)
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> Sequence[Value | ConstantFile | None]:
         (x,) = inputs
         if not is_differentiable(x.dtype):
             return [None]
@@ -191,92 +211,15 @@ class Mean(Sum):
     def name(self) -> str:
         return "mean"
 
-    def output_dtype(self, dx):
+    def output_dtype(self, dx: np.dtype) -> np.dtype:
         return np.mean(np.zeros(1, dx)).dtype
 
-    def _scale(self, block):
+    def _scale(self, block: np.ndarray) -> np.ndarray:
         block = np.asarray(block)
         if block.dtype == np.float16:  # a count past 65504 is inf in float16
             block = block.astype(np.float32)
         with np.errstate(invalid="ignore", divide="ignore"):
             return block / np.asarray(self.count, block.dtype)
-
-
-# ---------------------------------------------------------------- extrema
-
-
-@frozen
-class Max(Reduction):
-    """Maximum over ``axes``; the gradient is shared equally among tied maxima, as in JAX."""
-
-    backward_uses_output = True
-
-    @property
-    def name(self) -> str:
-        return "max"
-
-    def forward_block(self, x):
-        return np.max(x, axis=self.axes, keepdims=self.keepdims)
-
-    def _pick(self, a, b, out=None):
-        return np.maximum(a, b, out=out)
-
-    def combine(self, acc, part):
-        if isinstance(acc, np.ndarray) and acc.shape:
-            return self._pick(acc, part, out=acc)
-        return self._pick(acc, part)
-
-    def backward(self, driver, inputs, output, g, wants):
-        (x,) = inputs
-        if not wants[0]:
-            return [None]
-        if output.dtype != x.dtype:
-            # a 0-d extremum JAX holds rounded (x64 off) equals no element: the exact
-            # one again, so ties are found
-            output = driver.forward(self, [x])
-        count = driver.forward(_CountEqual(self.axes, self.keepdims), [x, output])
-        return [driver.forward(_TieShare(self.axes, self.keepdims), [x, output, g, count])]
-
-
-@frozen
-class Min(Max):
-    """Minimum over ``axes``; the gradient is shared equally among tied minima, as in JAX."""
-
-    @property
-    def name(self) -> str:
-        return "min"
-
-    def forward_block(self, x):
-        return np.min(x, axis=self.axes, keepdims=self.keepdims)
-
-    def _pick(self, a, b, out=None):
-        return np.minimum(a, b, out=out)
-
-
-@frozen
-class _CountEqual(Reduction):
-    """How many elements along ``axes`` equal the extremum (for tie splitting), as
-    int64: float16 would miscount past 2048 ties."""
-
-    def output_dtype(self, *_):
-        return np.dtype(np.int64)
-
-    def forward_block(self, x, m):
-        equal = x == self._expand(m, x.ndim)
-        return np.sum(equal, axis=self.axes, keepdims=self.keepdims, dtype=np.int64)
-
-
-@frozen
-class _TieShare(Spread):
-    """``g`` where ``x`` is the extremum ``m``, divided by the tie count ``c``."""
-
-    def forward_block(self, x, m, g, c):
-        m, g, c = (self._expand(v, x.ndim) for v in (m, g, c))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = g / c
-        # a NaN extremum equals no element (count 0): its whole group gets NaN, as
-        # in JAX, rather than a zero gradient that would hide the NaN
-        return np.where(x == m, share, np.where(c == 0, np.nan, 0)).astype(x.dtype)
 
 
 # ---------------------------------------------------------------- all and any
@@ -293,13 +236,13 @@ class Logical(Reduction):
     def name(self) -> str:
         return self.kind
 
-    def output_dtype(self, dx):
+    def output_dtype(self, dx: np.dtype) -> np.dtype:
         return np.dtype(bool)
 
-    def forward_block(self, x):
+    def forward_block(self, x: np.ndarray) -> np.ndarray:
         return getattr(np, self.kind)(x, axis=self.axes, keepdims=self.keepdims)
 
-    def combine(self, acc, part):
+    def combine(self, acc: np.ndarray, part: np.ndarray) -> np.ndarray:
         join = np.logical_and if self.kind == "all" else np.logical_or
         if isinstance(acc, np.ndarray) and acc.shape:
             return join(acc, part, out=acc)
@@ -309,7 +252,13 @@ class Logical(Reduction):
 # ---------------------------------------------------------------- public functions
 
 
-def reduce(make, x, axis, budget, in_memory=None):
+def reduce(
+    make: Callable[[tuple[int, ...]], Reduction],
+    x: ArrayLike,
+    axis: int | tuple[int, ...] | None,
+    budget: BudgetLike,
+    in_memory: Callable[..., Any] | None = None,
+) -> Result:
     """Run the reduction ``make(axes)`` on ``x``, out of core for a `DiskArray`.
 
     Anything else runs in memory as ``in_memory(x, axis=axes, keepdims=...)``
@@ -328,11 +277,11 @@ def reduce(make, x, axis, budget, in_memory=None):
     return jnp.asarray(fn(x, axis=op.axes, keepdims=op.keepdims), dtype)
 
 
-def dtype_str(name, dtype):
+def dtype_str(name: str, dtype: DTypeLike | None) -> str | None:
     return None if dtype is None else accumulated_dtype(name, None, dtype).str
 
 
-def default_accumulation(name, x, dtype) -> str | None:
+def default_accumulation(name: str, x: ArrayLike, dtype: DTypeLike | None) -> str | None:
     """The ``dtype`` parameter of a sum or product of ``x``: ``dtype`` when given,
     else for bools and ints the default of `accumulation_dtype` (which follows
     ``jax_enable_x64`` now, when the function is called), else None (kept)."""
@@ -343,17 +292,15 @@ def default_accumulation(name, x, dtype) -> str | None:
     return accumulation_dtype(dx).str if np.dtype(dx).kind in "biu" else None
 
 
-def _refuse_empty(name, shape, dtype, axes):
-    """NumPy refuses a min or max over an empty axis (no identity) unless the result
-    is empty too; a stand-in with every other side cut to 1 says which."""
-    stand_in = np.empty(tuple(n and 1 for n in shape), dtype)
-    try:
-        getattr(np, name)(stand_in, axis=axes)
-    except ValueError as error:
-        raise ValueError(f"{name} over axes {axes} of shape {tuple(shape)}: {error}.") from None
-
-
-def sum(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None):
+def sum(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    dtype: DTypeLike | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Sum of ``x`` over ``axis`` (an int, a tuple, or None for all axes), out of core.
 
     **Arguments:**
@@ -371,46 +318,47 @@ def sum(x, /, *, axis=None, dtype=None, keepdims: bool = False, budget=None):
     return reduce(lambda axes: Sum(axes, bool(keepdims), d), x, axis, budget)
 
 
-def mean(x, /, *, axis=None, keepdims: bool = False, budget=None):
+def mean(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Mean of ``x`` over ``axis``, out of core; see `sum`. Ints and bools give float64,
     as in NumPy (a 0-d mean becomes a float32 JAX value while x64 is off)."""
     t = type_of(x)
     shape = t.shape if t is not None else np.shape(x)
 
-    def make(axes):
+    def make(axes: tuple[int, ...]) -> Mean:
         count = int(np.prod([shape[a] for a in axes], dtype=np.int64))
         return Mean(axes, bool(keepdims), count=count)
 
     return reduce(make, x, axis, budget)
 
 
-def _extremum(op_cls, x, axis, keepdims, budget):
-    t = type_of(x)
-    shape, dtype = (t.shape, t.dtype) if t is not None else (np.shape(x), jnp.asarray(x).dtype)
-    op = op_cls(normalize_axes(axis, len(shape)), bool(keepdims))
-    _refuse_empty(op.name, shape, dtype, op.axes)
-    return reduce(lambda axes: op, x, axis, budget)
-
-
-def max(x, /, *, axis=None, keepdims: bool = False, budget=None):
-    """Maximum of ``x`` over ``axis``, out of core (NaN propagates, as in NumPy); see
-    `sum`. Tied maxima share the gradient equally, as in JAX."""
-    return _extremum(Max, x, axis, keepdims, budget)
-
-
-def min(x, /, *, axis=None, keepdims: bool = False, budget=None):
-    """Minimum of ``x`` over ``axis``, out of core (NaN propagates, as in NumPy); see
-    `sum`. Tied minima share the gradient equally, as in JAX."""
-    return _extremum(Min, x, axis, keepdims, budget)
-
-
-def all(x, /, *, axis=None, keepdims: bool = False, budget=None):
+def all(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Whether every element of ``x`` along ``axis`` is nonzero (True over an empty
     axis), out of core: a bool `DiskArray`, or a 0-d bool JAX array. No gradient."""
     return reduce(lambda axes: Logical(axes, bool(keepdims), "all"), x, axis, budget)
 
 
-def any(x, /, *, axis=None, keepdims: bool = False, budget=None):
+def any(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """Whether some element of ``x`` along ``axis`` is nonzero (False over an empty
     axis), out of core: a bool `DiskArray`, or a 0-d bool JAX array. No gradient."""
     return reduce(lambda axes: Logical(axes, bool(keepdims), "any"), x, axis, budget)

@@ -8,21 +8,31 @@ into the tile. The same move is a concatenation of flattened arrays
 (``concat(axis=None)``), a roll of the flattened array (two ranges swapped), and
 the backward pass of each (the ranges copied back), so all of them are one
 operation given by its *pieces*: ``(input, source start, destination start, count)``.
+`reshaped` and `flat_concat` apply it (a reshape that only adds or removes axes of
+size 1 is a `UnitAxes` instead).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from ..arrays._op import CustomOp, frozen
+from ..arrays._array import ArrayLike, Result
+from ..arrays._op import CustomOp, apply, frozen
+from ..execution._driver import Driver, Value
 from ..kernels._promotion import to_primal_dtype
+from ..planning._array_file import ArrayFile
 from ..storage._paged_file import PagedFile
+from ._arg_types import BudgetLike
+from ._manip_args import shape_of
+from ._manip_boxes import UnitAxes
 
-__all__ = ["FlatCopy", "flat_boxes", "tile_regions"]
+__all__ = ["FlatCopy", "flat_boxes", "flat_concat", "reshaped", "tile_regions"]
 
 Region = tuple[slice, ...]
 
@@ -70,7 +80,7 @@ def row_tile(shape: Sequence[int], elements: int) -> tuple[int, ...]:
     return ()
 
 
-def _read_into(src, box: Region, flat: np.ndarray) -> None:
+def _read_into(src: Value, box: Region, flat: np.ndarray) -> None:
     """The values of ``src`` in ``box``, written into the 1-D buffer ``flat``."""
     if isinstance(src, np.ndarray) and src.shape == ():  # a 0-d input
         flat[...] = to_primal_dtype(src, flat.dtype).reshape(1)
@@ -79,10 +89,17 @@ def _read_into(src, box: Region, flat: np.ndarray) -> None:
     if isinstance(src, PagedFile) and src.dtype == flat.dtype:
         src.read(box, out=flat.reshape(shape))
         return
-    flat[...] = to_primal_dtype(src.read(box), flat.dtype).reshape(-1)
+    file = cast(ArrayFile, src)  # an in-memory input is 0-d (above)
+    flat[...] = to_primal_dtype(file.read(box), flat.dtype).reshape(-1)
 
 
-def copy_pieces(driver, inputs, out_shape, dtype, pieces) -> PagedFile | np.ndarray:
+def copy_pieces(
+    driver: Driver,
+    inputs: Sequence[Value],
+    out_shape: Sequence[int],
+    dtype: DTypeLike,
+    pieces: Iterable[tuple[int, int, int, int]],
+) -> PagedFile | np.ndarray:
     """A new array of ``out_shape`` and ``dtype`` whose flat ranges are the
     ``pieces`` of ``inputs`` (a committed file, or a 0-d value for ``()``)."""
     dtype = np.dtype(dtype)
@@ -136,7 +153,7 @@ class FlatCopy(CustomOp):
     label: str = "reshape"
     dtype: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         covered = 0
         for _, _, dst_start, count in sorted(self.pieces, key=lambda p: p[2]):
             if dst_start != covered or count < 0:
@@ -149,18 +166,25 @@ class FlatCopy(CustomOp):
     def name(self) -> str:
         return self.label
 
-    def output_shape(self, *shapes):
+    def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         return self.out_shape
 
-    def output_dtype(self, *dtypes):
+    def output_dtype(self, *dtypes: DTypeLike) -> np.dtype:
         return np.dtype(self.dtype) if self.dtype is not None else np.result_type(*dtypes)
 
-    def forward(self, driver, *inputs):
+    def forward(self, driver: Driver, *inputs: Value) -> PagedFile | np.ndarray:
         dtype = self.output_dtype(*[v.dtype for v in inputs])
         return copy_pieces(driver, inputs, self.out_shape, dtype, self.pieces)
 
-    def backward(self, driver, inputs, output, g, wants):
-        grads = []
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> list[PagedFile | np.ndarray | None]:
+        grads: list[PagedFile | np.ndarray | None] = []
         for i, (x, w) in enumerate(zip(inputs, wants)):
             if not w:
                 grads.append(None)
@@ -168,3 +192,22 @@ class FlatCopy(CustomOp):
             back = [(0, d, s, c) for j, s, d, c in self.pieces if j == i]
             grads.append(copy_pieces(driver, [g], x.shape, x.dtype, back))
         return grads
+
+
+def reshaped(x: ArrayLike, shape: tuple[int, ...], fn: str, budget: BudgetLike) -> Result:
+    """``x`` (a DiskArray or a 0-d value) as a new array of ``shape``: `UnitAxes` when
+    only axes of size 1 differ, else one flat range copied (``fn`` names it)."""
+    squeezed = tuple(n for n in shape_of(x) if n != 1)
+    if squeezed == tuple(n for n in shape if n != 1):
+        return apply(UnitAxes(tuple(shape), fn), x, budget=budget)
+    size = math.prod(shape)
+    return apply(FlatCopy(tuple(shape), ((0, 0, 0, size),), fn), x, budget=budget)
+
+
+def flat_concat(arrays: Sequence[ArrayLike], fn: str, budget: BudgetLike) -> Result:
+    """The ``arrays`` flattened and joined, as one new 1-D array (``fn`` names it)."""
+    shapes = [shape_of(a) for a in arrays]
+    sizes = [math.prod(s) for s in shapes]
+    offsets = np.cumsum([0, *sizes])
+    pieces = tuple((i, 0, int(offsets[i]), n) for i, n in enumerate(sizes) if n)
+    return apply(FlatCopy((int(offsets[-1]),), pieces, fn), *arrays, budget=budget)

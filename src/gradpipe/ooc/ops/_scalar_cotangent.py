@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import DiskArrayType
 from ..arrays._op import CustomOp, apply, frozen
+from ..arrays._primitives import InType
+from ..execution._driver import Driver, Value
 
 __all__ = ["add_scalar_cotangents"]
 
@@ -26,20 +29,20 @@ class ScalarCotangentSum(CustomOp):
     def name(self) -> str:
         return "add"
 
-    def output_shape(self, *shapes):
+    def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         return ()
 
-    def out_type(self, *in_types):
+    def out_type(self, *in_types: InType) -> DiskArrayType:
         return DiskArrayType((), np.result_type(*(t.dtype for t in in_types)))
 
-    def forward(self, driver, x, y):
+    def forward(self, driver: Driver, x: Value, y: Value) -> np.ndarray:
         return np.asarray(_value(x) + _value(y), np.result_type(x.dtype, y.dtype))
 
 
-def _value(x) -> np.ndarray:
+def _value(x: Value) -> np.ndarray:
     return np.asarray(x.read(None) if hasattr(x, "read") else x)
 
 
-def add_scalar_cotangents(x, y):
+def add_scalar_cotangents(x: ArrayLike, y: ArrayLike) -> Result:
     """``x + y`` for two 0-d DiskArray cotangents (traced or not), a 0-d DiskArray."""
     return apply(ScalarCotangentSum(), x, y)

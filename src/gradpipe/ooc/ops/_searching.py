@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Literal, cast
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
 from ..arrays._op import BlockParallelOp, CustomOp, apply, frozen
+from ..execution._driver import Driver, Value
 from ..kernels._x64 import index_dtype
 from ..planning._budget import plan_tiles
+from ..storage._paged_file import PagedFile, Region
+from ._arg_types import BudgetLike
 from ._reduce import Reduction, normalize_axes, reduce
 
 __all__ = ["argmax", "argmin", "count_nonzero", "searchsorted"]
@@ -30,7 +36,9 @@ _INDEX = np.dtype(np.int64)  # what indices are computed in, before the result's
 # ---------------------------------------------------------------- argmax, argmin
 
 
-def _better(kind, v, i, best_v, best_i):
+def _better(
+    kind: str, v: np.ndarray, i: np.ndarray, best_v: np.ndarray, best_i: np.ndarray
+) -> np.ndarray:
     """Where ``(v, i)`` beats ``(best_v, best_i)``: a larger (smaller) value, NaN
     beating numbers, and on a tie the smaller index, as NumPy's first occurrence."""
     if v.dtype.kind in "fc":
@@ -61,19 +69,21 @@ class ArgExtremum(CustomOp):
     def name(self) -> str:
         return f"arg{self.kind}"
 
-    def _axes(self, ndim):
+    def _axes(self, ndim: int) -> tuple[int, ...]:
         return tuple(range(ndim)) if self.axis is None else (self.axis,)
 
-    def output_shape(self, s):
+    def output_shape(self, s: tuple[int, ...]) -> tuple[int, ...]:
         axes = self._axes(len(s))
         return tuple(
             1 if a in axes else n for a, n in enumerate(s) if self.keepdims or a not in axes
         )
 
-    def output_dtype(self, dx):
+    def output_dtype(self, dx: np.dtype) -> np.dtype:
         return np.dtype(self.index)
 
-    def _block_best(self, block, region, shape, axes):
+    def _block_best(
+        self, block: np.ndarray, region: Region, shape: tuple[int, ...], axes: tuple[int, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The best value and its index over the reduced axes of one block."""
         kept = [a for a in range(block.ndim) if a not in axes]
         moved = np.transpose(block, kept + list(axes))
@@ -81,16 +91,16 @@ class ArgExtremum(CustomOp):
         flat = moved.reshape(*lead, -1)
         local = (np.argmax if self.kind == "max" else np.argmin)(flat, axis=-1)
         value = np.take_along_axis(flat, local[..., None], axis=-1)[..., 0]
-        coords = np.unravel_index(local, tuple(block.shape[a] for a in axes))
-        coords = [c + region[a].start for c, a in zip(coords, axes)]
+        local_coords = np.unravel_index(local, tuple(block.shape[a] for a in axes))
+        coords = [c + region[a].start for c, a in zip(local_coords, axes)]
         index = np.ravel_multi_index(coords, tuple(shape[a] for a in axes))
         return value, np.asarray(index, _INDEX)
 
-    def forward(self, driver, x):
+    def forward(self, driver: Driver, x: Value) -> PagedFile | np.ndarray:
         shape, axes = tuple(x.shape), self._axes(len(x.shape))
         item = np.dtype(x.dtype).itemsize
 
-        def bytes_for(tile):
+        def bytes_for(tile: tuple[int, ...]) -> int:
             kept = math.prod(t for a, t in enumerate(tile) if a not in axes)
             return 3 * math.prod(tile) * item + 4 * kept * (item + 8)
 
@@ -100,21 +110,23 @@ class ArgExtremum(CustomOp):
         out = driver.allocate(out_shape, dtype) if out_shape else None
         grid = [range(0, n, t) for n, t in zip(shape, tile)]
         kept_grid = [[0] if a in axes else g for a, g in enumerate(grid)]
-        result = None
+        result: np.ndarray | None = None
         try:
             for corner in itertools.product(*kept_grid):
-                best_v = best_i = None
+                best: tuple[np.ndarray, np.ndarray] | None = None  # value, index
                 for red in itertools.product(*[grid[a] for a in axes]):
                     starts = list(corner)
                     for a, s in zip(axes, red):
                         starts[a] = s
                     region = tuple(slice(s, min(s + t, n)) for s, t, n in zip(starts, tile, shape))
                     v, i = self._block_best(driver.read(x, region), region, shape, axes)
-                    if best_v is None:
-                        best_v, best_i = v, i
+                    if best is None:
+                        best = (v, i)
                     else:
-                        take = _better(self.kind, v, i, best_v, best_i)
-                        best_v, best_i = np.where(take, v, best_v), np.where(take, i, best_i)
+                        take = _better(self.kind, v, i, *best)
+                        best = (np.where(take, v, best[0]), np.where(take, i, best[1]))
+                assert best is not None  # no reduced axis is empty (`_arg` refuses it)
+                best_i = best[1]
                 if out is None:
                     result = np.asarray(best_i, dtype).reshape(())
                     continue
@@ -130,10 +142,13 @@ class ArgExtremum(CustomOp):
             if out is not None:
                 out.discard()
             raise
-        return result if out is None else out.commit()
+        if out is not None:
+            return out.commit()
+        assert result is not None  # a 0-d output: its one tile was computed
+        return result
 
 
-def _arg(kind, x, axis, keepdims, budget):
+def _arg(kind: str, x: ArrayLike, axis: int | None, keepdims: bool, budget: BudgetLike) -> Result:
     name = f"arg{kind}"
     t = type_of(x)
     shape = t.shape if t is not None else np.shape(x)
@@ -150,7 +165,14 @@ def _arg(kind, x, axis, keepdims, budget):
     return apply(ArgExtremum(kind, axis, bool(keepdims), index.str), x, budget=budget)
 
 
-def argmax(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None):
+def argmax(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """The index of the first maximum of ``x`` along ``axis`` (``None``: of the
     flattened array), out of core; a NaN is the maximum, as in NumPy.
 
@@ -160,7 +182,14 @@ def argmax(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None
     return _arg("max", x, axis, keepdims, budget)
 
 
-def argmin(x, /, *, axis: int | None = None, keepdims: bool = False, budget=None):
+def argmin(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """The index of the first minimum of ``x`` along ``axis``; see `argmax`."""
     return _arg("min", x, axis, keepdims, budget)
 
@@ -178,14 +207,21 @@ class CountNonzero(Reduction):
     def name(self) -> str:
         return "count_nonzero"
 
-    def output_dtype(self, dx):
+    def output_dtype(self, dx: np.dtype) -> np.dtype:
         return np.dtype(self.index)
 
-    def forward_block(self, x):
+    def forward_block(self, x: np.ndarray) -> np.ndarray:
         return np.sum(x != 0, axis=self.axes, keepdims=self.keepdims, dtype=self.index)
 
 
-def count_nonzero(x, /, *, axis=None, keepdims: bool = False, budget=None):
+def count_nonzero(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int | tuple[int, ...] | None = None,
+    keepdims: bool = False,
+    budget: BudgetLike = None,
+) -> Result:
     """The number of nonzero elements of ``x`` along ``axis``, out of core.
 
     **Returns:** a `DiskArray` of the default index dtype (see `argmax`), or a 0-d
@@ -208,7 +244,7 @@ class SearchSorted(BlockParallelOp):
     ``x1``. A sum over tiles of ``x1`` of each tile's count, so ``x1`` is never whole
     in memory; with ``sort_tiles`` each tile of an unsorted ``x1`` is sorted first."""
 
-    side: str = "left"
+    side: Literal["left", "right"] = "left"
     sort_tiles: bool = False
     index: str = _INDEX.str
 
@@ -216,24 +252,34 @@ class SearchSorted(BlockParallelOp):
     def name(self) -> str:
         return "searchsorted"
 
-    def output_shape(self, s1, s2):
+    def output_shape(self, s1: tuple[int, ...], s2: tuple[int, ...]) -> tuple[int, ...]:
         return s2
 
-    def output_dtype(self, d1, d2):
+    def output_dtype(self, d1: np.dtype, d2: np.dtype) -> np.dtype:
         return np.dtype(self.index)
 
-    def reduction_shape(self, s1, s2):
+    def reduction_shape(self, s1: tuple[int, ...], s2: tuple[int, ...]) -> tuple[int, ...]:
         return s1
 
-    def index_map(self, out_r, red_r, s1, s2):
+    def index_map(
+        self, out_r: Region, red_r: Region, s1: tuple[int, ...], s2: tuple[int, ...]
+    ) -> tuple[Region, Region | None]:
         return (red_r, out_r if s2 else None)
 
-    def forward_block(self, a, v):
+    def forward_block(self, a: np.ndarray, v: np.ndarray) -> np.ndarray:
         a = np.sort(a) if self.sort_tiles else a
         return np.searchsorted(a, v, side=self.side).astype(self.index)
 
 
-def searchsorted(x1, x2, /, *, side: str = "left", sorter=None, budget=None):
+def searchsorted(
+    x1: ArrayLike,
+    x2: ArrayLike,
+    /,
+    *,
+    side: Literal["left", "right"] = "left",
+    sorter: ArrayLike | None = None,
+    budget: BudgetLike = None,
+) -> Result:
     """The indices where the elements of ``x2`` would be inserted into the 1-d ``x1``
     (sorted ascending, or put in order by the permutation ``sorter``) to keep it
     sorted, out of core; ``side`` says whether an equal element goes left or right.
@@ -260,7 +306,9 @@ def searchsorted(x1, x2, /, *, side: str = "left", sorter=None, budget=None):
             )
     index = index_dtype(s1[0], "searchsorted")
     if t1 is None and t2 is None:
-        out = jnp.searchsorted(jnp.asarray(x1), jnp.asarray(x2), side=side, sorter=sorter)
+        # a sorter is passed to JAX as given (x1 and x2 are in memory)
+        in_memory_sorter = cast("jax.typing.ArrayLike | None", sorter)
+        out = jnp.searchsorted(jnp.asarray(x1), jnp.asarray(x2), side=side, sorter=in_memory_sorter)
         return jnp.asarray(out, index)
     if t1 is None:
         raise TypeError(

@@ -17,25 +17,32 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
+from collections.abc import Callable
+from typing import Any, Literal, cast
 
 import jax
 import numpy as np
 
-from ..arrays._array import DiskArray
-from ..arrays._hijax import type_of
+from ..arrays._array import ArrayLike, DiskArray
+from ..arrays._hijax import DiskArrayType, type_of
 from ..arrays._refusals import refuse_traced
 from ..execution._driver import Driver
 from ..kernels._promotion import operand_dtypes
-from ..planning._budget import get_budget
-from ..planning._chain import is_chain, settle_readers
+from ..planning._array_file import ArrayFile
+from ..planning._budget import MemoryBudget, get_budget
+from ..planning._chain import is_chain
+from ..planning._chain_readers import settle_readers
 from ..storage._paged_file import PagedFile
 from ._elementwise import where
 from ._update import update_
 
 __all__ = ["set_item"]
 
+#: One axis of a basic index: ``("int", i)``, or ``("slice", start, step, count)``.
+_Entry = tuple[Literal["int"], int] | tuple[Literal["slice"], int, int, int]
 
-def _normalize(key, shape) -> list:
+
+def _normalize(key: Any, shape: tuple[int, ...]) -> list[_Entry]:
     """One ``("int", i)`` or ``("slice", start, step, count)`` per axis of ``shape``."""
     key = key if isinstance(key, tuple) else (key,)
     if sum(k is Ellipsis for k in key) > 1:
@@ -46,7 +53,7 @@ def _normalize(key, shape) -> list:
     if len(key) > len(shape):
         raise IndexError(f"too many indices ({len(key)}) for a DiskArray of shape {shape}.")
     key = key + (slice(None),) * (len(shape) - len(key))
-    out = []
+    out: list[_Entry] = []
     for axis, (k, n) in enumerate(zip(key, shape)):
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
@@ -65,7 +72,14 @@ def _normalize(key, shape) -> list:
     return out
 
 
-def _value_block(value, vshape, sel_shape, j0, j1, whole=False):
+def _value_block(
+    value: np.ndarray | ArrayFile,
+    vshape: tuple[int, ...],
+    sel_shape: tuple[int, ...],
+    j0: int,
+    j1: int,
+    whole: bool = False,
+) -> np.ndarray:
     """The value for selection positions ``j0:j1`` of the first axis (all of it when
     ``whole``: the first axis is indexed by an int), as NumPy."""
     if whole or not sel_shape or not vshape or len(vshape) < len(sel_shape) or vshape[0] == 1:
@@ -77,8 +91,10 @@ def _value_block(value, vshape, sel_shape, j0, j1, whole=False):
     return value.read(region)
 
 
-def set_item(x, key, value) -> None:
-    """Write ``value`` into the elements of ``x`` that ``key`` selects (see the module)."""
+def set_item(x: DiskArray, key: Any, value: Any) -> None:
+    """Write ``value`` into the elements of ``x`` that ``key`` selects (see the module);
+    ``value`` is checked here (a number or an array; for a named ``x``, called again
+    on a copy, the value's file)."""
     if not isinstance(x._handle, (int, np.integer)):
         refuse_traced()
     f = x._concrete_file("x[...] = value")
@@ -119,34 +135,37 @@ def set_item(x, key, value) -> None:
             f"x[...] = value: a value of shape {tuple(vshape)} does not broadcast to the "
             f"selection's shape {sel_shape}."
         ) from None
+    source: np.ndarray | ArrayFile
     if tv is None:
-        value = np.asarray(value, dv)
+        source = np.asarray(value, dv)
     else:
-        value = value._concrete_file("x[...] = value")
+        source = cast(DiskArray, value)._concrete_file("x[...] = value")
     in_place = getattr(f, "writes_in_place", False)  # a zarr array: chunk by chunk
     if not f.is_scratch and not in_place:  # named: written whole, atomically
         copy = x._copy(None, "x[...] = value")
-        set_item(copy, key, value if tv is None else _wrap_value(value))
+        set_item(copy, key, source if tv is None else value)  # value: any DiskArray
         update_(x, copy)
         return
     if any(n == 0 for n in sel_shape) or not x.shape:
         if not x.shape:
-            f.write(None, np.asarray(_value_block(value, vshape, (), 0, 1), x.dtype))
+            f.write(None, np.asarray(_value_block(source, vshape, (), 0, 1), x.dtype))
         return
     with f.rewriting() if in_place else contextlib.nullcontext():
-        _write_slabs(f, index, sel_shape, value, vshape, get_budget(None))
+        _write_slabs(f, index, sel_shape, source, vshape, get_budget(None))
 
 
-def _is_mask(key, shape, type_of) -> bool:
+def _is_mask(
+    key: Any, shape: tuple[int, ...], type_of: Callable[[Any], DiskArrayType | None]
+) -> bool:
     """Whether ``key`` is a boolean array of ``shape`` (a mask of every element)."""
     t = type_of(key)
-    dtype, key_shape = (t.dtype, t.shape) if t is not None else (None, None)
+    dtype, key_shape = (t.dtype, t.shape) if t is not None else (None, ())
     if t is None and isinstance(key, (np.ndarray, jax.Array)):
         dtype, key_shape = np.dtype(key.dtype), tuple(key.shape)
     return dtype == np.bool_ and bool(key_shape) and tuple(key_shape) == tuple(shape)
 
 
-def _write_through_mask(x, mask, value) -> None:
+def _write_through_mask(x: DiskArray, mask: ArrayLike, value: Any) -> None:
     """``x[mask] = value`` for a scalar ``value``: ``where(mask, value, x)`` written
     back into ``x`` (an array value would need as many elements as the mask selects,
     which depends on the data)."""
@@ -167,15 +186,17 @@ def _write_through_mask(x, mask, value) -> None:
     update_(x, where(mask, fill, x))
 
 
-def _wrap_value(f):
-
-    return DiskArray._wrap(f) if isinstance(f, PagedFile) else f
-
-
-def _write_slabs(f: PagedFile, index, sel_shape, value, vshape, budget) -> None:
+def _write_slabs(
+    f: PagedFile,
+    index: list[_Entry],
+    sel_shape: tuple[int, ...],
+    value: np.ndarray | ArrayFile,
+    vshape: tuple[int, ...],
+    budget: MemoryBudget,
+) -> None:
     first = index[0]
-    rest_box = []  # the bounding box of the selection on axes 1..n, and the view in it
-    rest_view = []
+    rest_box: list[slice] = []  # the bounding box of the selection on axes 1..n, and the view in it
+    rest_view: list[int | slice] = []
     for entry in index[1:]:
         if entry[0] == "int":
             rest_box.append(slice(entry[1], entry[1] + 1))
@@ -196,7 +217,7 @@ def _write_slabs(f: PagedFile, index, sel_shape, value, vshape, budget) -> None:
         )
     row_bytes = math.prod(s.stop - s.start for s in rest_box) * f.dtype.itemsize
     if first[0] == "int":
-        slabs = [(first[1], first[1] + 1, 0, 1, True)]
+        slabs: list[tuple[int, int, int, int, bool]] = [(first[1], first[1] + 1, 0, 1, True)]
     else:
         _, start, step, count = first
         per = max(1, budget.nbytes // 4 // max(row_bytes * abs(step), 1))
@@ -208,9 +229,11 @@ def _write_slabs(f: PagedFile, index, sel_shape, value, vshape, budget) -> None:
     for lo, hi, j0, j1, scalar_row in slabs:
         box = (slice(lo, hi), *rest_box)
         block = f.read(box)
+        view: tuple[int | slice, ...]
         if scalar_row:
             view = (0, *rest_view)
         else:
+            assert first[0] == "slice"  # a slab of an int first axis is a scalar row
             step = first[2]
             a = first[1] + step * j0 - lo
             stop = a + step * (j1 - j0)

@@ -13,14 +13,21 @@ carry no gradient.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
+from typing import cast
 
+import jax
 import numpy as np
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
 from ..arrays._op import CustomOp, apply, frozen
+from ..execution._driver import Driver, Value
 from ..kernels._promotion import to_primal_dtype
 from ..kernels._x64 import index_dtype
 from ..planning._budget import plan_tiles
+from ..storage._paged_file import PagedFile, Region
+from ._arg_types import BudgetLike
 from ._reshape import tile_regions
 
 __all__ = ["argsort", "sort"]
@@ -49,18 +56,18 @@ class _SortLines(CustomOp):
     def name(self) -> str:
         return "argsort" if self.indices else "sort"
 
-    def output_shape(self, shape):
+    def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return shape
 
-    def output_dtype(self, dtype):
+    def output_dtype(self, dtype: np.dtype) -> np.dtype:
         return np.dtype(self.index) if self.indices else dtype
 
-    def _tiles(self, driver, shape, itemsize: int):
+    def _tiles(self, driver: Driver, shape: tuple[int, ...], itemsize: int) -> Iterator[Region]:
         """Regions of whole lines along the axis, as many lines as the budget allows."""
         n = shape[self.axis]
         others = tuple(s for a, s in enumerate(shape) if a != self.axis)
 
-        def bytes_for(tile):
+        def bytes_for(tile: tuple[int, ...]) -> int:
             # the block, its order (int64), the result and a write in flight
             return math.prod(tile) * n * (3 * itemsize + 2 * 8)
 
@@ -77,7 +84,7 @@ class _SortLines(CustomOp):
             full.insert(self.axis, slice(0, n))
             yield tuple(full)
 
-    def forward(self, driver, x):
+    def forward(self, driver: Driver, x: Value) -> PagedFile:
         with driver.writing(x.shape, self.output_dtype(x.dtype)) as out:
             for region in self._tiles(driver, x.shape, x.dtype.itemsize):
                 block = driver.read(x, region)
@@ -89,7 +96,14 @@ class _SortLines(CustomOp):
                 out.write(region, np.ascontiguousarray(result))
         return out
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> list[PagedFile | None]:
         (x,) = inputs
         if self.indices or not wants[0]:
             return [None]
@@ -102,14 +116,22 @@ class _SortLines(CustomOp):
         return [grad]
 
 
-def _sort(x, axis, descending, stable, indices, budget):
+def _sort(
+    x: ArrayLike,
+    axis: int,
+    descending: bool,
+    stable: bool,
+    indices: bool,
+    budget: BudgetLike,
+) -> Result:
     import jax.numpy as jnp
 
     name = "argsort" if indices else "sort"
     t = type_of(x)
     if t is None:  # in memory: JAX's
         fn = jnp.argsort if indices else jnp.sort
-        return fn(x, axis=axis, descending=descending, stable=stable)
+        value = cast("jax.typing.ArrayLike", x)  # not a DiskArray; JAX checks the rest
+        return fn(value, axis=axis, descending=descending, stable=stable)
     if not t.shape:
         raise ValueError(f"{name}: a 0-d array has no axis to sort along.")
     if t.dtype.kind == "c":
@@ -122,7 +144,15 @@ def _sort(x, axis, descending, stable, indices, budget):
     return apply(_SortLines(axis % nd, bool(descending), indices, index), x, budget=budget)
 
 
-def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True, budget=None):
+def sort(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int = -1,
+    descending: bool = False,
+    stable: bool = True,
+    budget: BudgetLike = None,
+) -> Result:
     """``x`` sorted along ``axis`` (ascending unless ``descending``), out of core.
 
     Each line along the axis is sorted in memory, so one line must fit in the budget
@@ -133,7 +163,15 @@ def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True,
     return _sort(x, axis, descending, stable, False, budget)
 
 
-def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True, budget=None):
+def argsort(
+    x: ArrayLike,
+    /,
+    *,
+    axis: int = -1,
+    descending: bool = False,
+    stable: bool = True,
+    budget: BudgetLike = None,
+) -> Result:
     """The indices that sort ``x`` along ``axis`` (see `sort`), of the default index
     dtype (int32 while ``jax_enable_x64`` is off, int64 while on); no gradient."""
     return _sort(x, axis, descending, stable, True, budget)

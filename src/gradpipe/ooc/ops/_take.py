@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arrays._array import DiskArray
+from ..arrays._array import ArrayLike, DiskArray, Result
 from ..arrays._hijax import type_of
 from ..arrays._op import apply
+from ._arg_types import BudgetLike
 from ._indexing import Gather, check_bounds
 from ._layout import getitem
 
@@ -19,7 +22,7 @@ __all__ = ["take", "take_along_axis"]
 # ---------------------------------------------------------------- take, take_along_axis
 
 
-def _axis(axis, ndim: int, what: str) -> int:
+def _axis(axis: object, ndim: int, what: str) -> int:
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"{what}: axis must be an int, got {axis!r}.")
     if not -ndim <= axis < ndim:
@@ -29,7 +32,7 @@ def _axis(axis, ndim: int, what: str) -> int:
     return int(axis) % ndim
 
 
-def _integers(indices, what: str):
+def _integers(indices: Any, what: str) -> Any:
     """``indices`` as an integer array: a DiskArray, a traced JAX value, or NumPy."""
     if type_of(indices) is None and not isinstance(indices, jax.core.Tracer):
         indices = np.asarray(indices)
@@ -41,11 +44,19 @@ def _integers(indices, what: str):
     return indices
 
 
-def _in_memory(value):
+def _in_memory(value: Any) -> Any:
+    """An index in memory: a DiskArray read whole, anything else as it is."""
     return value.to_numpy() if type_of(value) is not None else value
 
 
-def take(x, indices, /, *, axis=None, budget=None):
+def take(
+    x: ArrayLike,
+    indices: ArrayLike | list[int],
+    /,
+    *,
+    axis: int | None = None,
+    budget: BudgetLike = None,
+) -> Result:
     """The elements of ``x`` at ``indices`` along ``axis`` (as ``np.take``), out of core.
 
     **Arguments:**
@@ -75,7 +86,9 @@ def take(x, indices, /, *, axis=None, budget=None):
     return getitem(x, key, budget=budget)
 
 
-def take_along_axis(x, indices, /, *, axis=-1, budget=None):
+def take_along_axis(
+    x: ArrayLike, indices: ArrayLike | list[int], /, *, axis: int = -1, budget: BudgetLike = None
+) -> Result:
     """``np.take_along_axis``: ``out[..., j, ...] = x[..., indices[..., j, ...], ...]``.
 
     **Arguments:**

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, NoReturn, Protocol, cast
+
 import numpy as np
 
+from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
 from ..arrays._op import CustomOp, apply, frozen
+from ..execution._driver import Driver, Value
 from ..kernels._promotion import operand_dtypes
-from ..planning._chain import is_chain, settle_readers
+from ..planning._array_file import ArrayFile
+from ..planning._chain import is_chain
+from ..planning._chain_readers import settle_readers
+from ..storage._paged_file import Region
+from ._arg_types import BudgetLike
 
 __all__ = ["update_"]
+
+
+class _Writable(ArrayFile, Protocol):
+    """A file ``update_`` writes into (a `PagedFile`, a zarr or HDF5 dataset, ...)."""
+
+    def write(self, region: Region | None, data: np.ndarray) -> None: ...
+
+    def rewriting(self) -> AbstractContextManager[Any]: ...
 
 
 @frozen
@@ -23,13 +41,13 @@ class Update(CustomOp):
     def name(self) -> str:
         return "update_"
 
-    def output_shape(self, st, sv):
+    def output_shape(self, st: tuple[int, ...], sv: tuple[int, ...]) -> tuple[int, ...]:
         return st
 
-    def output_dtype(self, dt, dv):
+    def output_dtype(self, dt: np.dtype, dv: np.dtype) -> np.dtype:
         return dt
 
-    def forward(self, driver, target, value):
+    def forward(self, driver: Driver, target: Value, value: Value) -> Value:
         if is_chain(target):  # a fused result: written first, then overwritten
             target.store(driver)
         settle_readers(target, driver)
@@ -41,31 +59,39 @@ class Update(CustomOp):
             )
         if value is target:
             return target
-        with target.rewriting():  # a named file: entirely old or new after a kill
+        file = cast(_Writable, target)  # it writes (above)
+        with file.rewriting():  # a named file: entirely old or new after a kill
             rows = max(1, driver.budget.nbytes // 4 // max(1, _row_bytes(target)))
             for start in range(0, max(target.shape[0], 1) if target.shape else 1, rows):
                 if not target.shape:
-                    target.write(None, driver.read(value, None))
+                    file.write(None, driver.read(value, None))
                     break
                 r = (
                     slice(start, min(start + rows, target.shape[0])),
                     *(slice(0, n) for n in target.shape[1:]),
                 )
                 block = driver.read(value, r if getattr(value, "shape", ()) else None)
-                target.write(r, np.asarray(block, target.dtype))
+                file.write(r, np.asarray(block, target.dtype))
         return target
 
-    def backward(self, driver, inputs, output, g, wants):
+    def backward(
+        self,
+        driver: Driver,
+        inputs: Sequence[Value],
+        output: Value,
+        g: Value,
+        wants: Sequence[bool],
+    ) -> NoReturn:
         raise TypeError(
             "update_ is not differentiable; apply it outside the differentiated function."
         )
 
 
-def _row_bytes(f) -> int:
+def _row_bytes(f: Value) -> int:
     return int(np.prod(f.shape[1:], dtype=np.int64)) * f.dtype.itemsize
 
 
-def update_(target, value, *, budget=None):
+def update_(target: ArrayLike, value: ArrayLike, *, budget: BudgetLike = None) -> Result:
     """Write ``value`` into ``target``'s file and return the updated array.
 
     Under `jax.jit` this is how a training step writes new weights to disk and

@@ -60,7 +60,7 @@ class MemoryBudget:
 
     nbytes: int
 
-    def __init__(self, nbytes: int | str):
+    def __init__(self, nbytes: int | str) -> None:
         n = _parse_bytes(nbytes)
         if n < 4096:
             raise ValueError(f"MemoryBudget(nbytes={nbytes!r}) is below the 4096-byte minimum.")
@@ -71,7 +71,7 @@ class MemoryBudget:
         tokens.append(_current.set(self))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         _current.reset(self.__dict__["_tokens"].pop())
 
     def __repr__(self) -> str:
@@ -80,7 +80,7 @@ class MemoryBudget:
     def __hash__(self) -> int:
         return hash(self.nbytes)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, MemoryBudget) and other.nbytes == self.nbytes
 
 

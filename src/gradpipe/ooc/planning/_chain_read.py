@@ -3,7 +3,7 @@
 The stored inputs' regions are read whole, once per read, as views of their files'
 pages where they are one run of bytes on disk (`PagedFile.view`), else into buffers
 this thread reuses; the chain's graph then runs on cache-sized pieces of the region
-(`_chain.SUB_BYTES`), with blocks of nodes used twice kept within a piece.
+(`_chain_stats.SUB_BYTES`), with blocks of nodes used twice kept within a piece.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,12 +22,12 @@ from ..storage._paged_file import PagedFile, Region
 __all__ = ["Evaluation", "current_region", "is_fused", "pieces_of", "region_key"]
 
 
-def region_key(region: Region | None):
+def region_key(region: Region | None) -> tuple[tuple[int, int], ...] | None:
     """A hashable form of ``region`` (None for a 0-d value)."""
     return None if region is None else tuple((s.start, s.stop) for s in region)
 
 
-def is_fused(f) -> bool:
+def is_fused(f: Any) -> bool:
     """Whether ``f`` is a `ChainFile` (computed from its inputs when read, unless stored)."""
     return getattr(f, "is_chain_file", False)
 
@@ -38,7 +40,7 @@ def current_region() -> Region:
     return _current.region
 
 
-def pieces_of(region: Region, limit: int):
+def pieces_of(region: Region, limit: int) -> Iterator[Region]:
     """``region`` cut into C-ordered pieces of at most ``limit`` elements (whole
     trailing axes where they fit)."""
     sizes = [s.stop - s.start for s in region]
@@ -61,15 +63,16 @@ class Evaluation:
     """One read through a chain: its stored inputs' regions read once, then the
     graph evaluated piece by piece, blocks of shared nodes kept within a piece."""
 
-    def __init__(self, top, region: Region):
+    def __init__(self, top: Any, region: Region) -> None:
         stats = top.stats()
         self.shared = stats.shared
         self.piece_elements = max(1, stats.piece_bytes // stats.max_itemsize)
-        self.kept: dict = {}
-        self.leaves: dict[int, list] = {}  # id(file) -> [(region, block)]
+        self.kept: dict[tuple[int, Any], Sequence[np.ndarray]] = {}
+        # id(file) -> [(region, block)]
+        self.leaves: dict[int, list[tuple[Region, np.ndarray]]] = {}
         self._prefetch(top, region, set())
 
-    def _prefetch(self, src, region, seen) -> None:
+    def _prefetch(self, src: Any, region: Region | None, seen: set[tuple[int, Any]]) -> None:
         if isinstance(src, np.ndarray) or _is_empty(region):
             return
         if is_fused(src) and src.stored is None and src.node is not None:
@@ -84,6 +87,7 @@ class Evaluation:
         f = src.stored if is_fused(src) else src
         if not f.shape or not getattr(f, "on_disk", True):
             return  # 0-d values and constants are made where they are needed
+        assert region is not None  # (only 0-d sources are read over no region)
         held = self.leaves.setdefault(id(f), [])
         if not any(_contains(r, region) for r, _ in held):
             block = f.view(region) if isinstance(f, PagedFile) else None
@@ -100,7 +104,7 @@ class Evaluation:
                     _give_back(b)
         self.leaves.clear()
 
-    def block(self, src, region):
+    def block(self, src: Any, region: Region) -> np.ndarray:
         if isinstance(src, np.ndarray):  # a 0-d value
             return src
         if _is_empty(region):
@@ -128,7 +132,7 @@ class Evaluation:
             return outs[src.index]
         return self._stored(src, region)
 
-    def _stored(self, f, region):
+    def _stored(self, f: Any, region: Region) -> np.ndarray:
         if not f.shape:
             return f.read(None)
         for r, b in self.leaves.get(id(f), ()):
@@ -139,7 +143,7 @@ class Evaluation:
         return f.read(region)
 
 
-def _is_empty(region) -> bool:
+def _is_empty(region: Region | None) -> bool:
     return region is not None and any(s.stop <= s.start for s in region)
 
 
@@ -150,7 +154,7 @@ def _contains(outer: Region, inner: Region) -> bool:
 _pool = threading.local()
 
 
-def _buffer(region: Region, dtype) -> np.ndarray:
+def _buffer(region: Region, dtype: np.dtype) -> np.ndarray:
     """A C-contiguous buffer for a stored input's block, reused from this thread's
     last reads where one of the shape is free (fresh large buffers cost page faults)."""
     shape = tuple(s.stop - s.start for s in region)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,29 +31,36 @@ __all__ = ["loop_grain"]
 Region = tuple[slice, ...]
 
 
-def _leaf_regions(source, region: Region | None, found: list) -> None:
+def _leaf_regions(source: Any, region: Region | None, found: list[tuple[Any, Region]]) -> None:
     """Append ``(file, region)`` for every stored file that reading ``region`` of
     ``source`` reads (through chains)."""
     if region is None or isinstance(source, np.ndarray):
         return
     if is_chain(source):
         node = source.node
+        assert node is not None  # (a chain computed on read has its node)
         for s, r in zip(node.sources, node.regions(region)):
             _leaf_regions(s, r, found)
         return
     found.append((source.stored if isinstance(source, ChainFile) else source, region))
 
 
-def _probe(op, inputs, shapes, out_tile, red_tile) -> list:
+def _probe(
+    op: Any,
+    inputs: Sequence[Any],
+    shapes: Sequence[tuple[int, ...]],
+    out_tile: Sequence[int],
+    red_tile: Sequence[int],
+) -> list[tuple[Any, Region]]:
     out_r = tuple(slice(0, t) for t in out_tile)
     red_r = tuple(slice(0, t) for t in red_tile)
-    found: list = []
+    found: list[tuple[Any, Region]] = []
     for v, r in zip(inputs, op.index_map(out_r, red_r, *shapes)):
         _leaf_regions(v, r, found)
     return found
 
 
-def _chunked(f) -> bool:
+def _chunked(f: Any) -> bool:
     return bool(getattr(f, "whole_chunks", False)) and bool(getattr(f, "page_shape", None))
 
 
@@ -69,7 +77,13 @@ def _one_to_one(whole: Region, part: Region, n: int, half: int) -> int | None:
     return drops[0][0]
 
 
-def _declared(op, inputs, shapes, loop, n_out) -> list[int]:
+def _declared(
+    op: Any,
+    inputs: Sequence[Any],
+    shapes: Sequence[tuple[int, ...]],
+    loop: tuple[int, ...],
+    n_out: int,
+) -> list[int]:
     """The grain inputs ask for themselves: an input with a ``grain`` attribute (one
     side per axis; `_pending`'s stack of sums asks for its slots whole, since each
     slot of a tile reads the same data) gives it to the loop axis that maps to that
@@ -79,7 +93,7 @@ def _declared(op, inputs, shapes, loop, n_out) -> list[int]:
     if not any(asking):
         return grain
 
-    def regions(tile):
+    def regions(tile: Sequence[int]) -> Sequence[Region | None]:
         return op.index_map(
             tuple(slice(0, t) for t in tile[:n_out]),
             tuple(slice(0, t) for t in tile[n_out:]),
@@ -102,8 +116,8 @@ def _declared(op, inputs, shapes, loop, n_out) -> list[int]:
 
 
 def loop_grain(
-    op,
-    inputs: Sequence,
+    op: Any,
+    inputs: Sequence[Any],
     shapes: Sequence[tuple[int, ...]],
     out_shape: tuple[int, ...],
     red_shape: tuple[int, ...],

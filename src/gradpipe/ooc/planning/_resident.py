@@ -24,13 +24,16 @@ instead and read tile by tile like any DiskArray.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..kernels._promotion import canonical_dtype, is_differentiable
+from ..storage._paged_file import Region
 from ._budget import MemoryBudget, format_bytes
 
 __all__ = [
@@ -59,7 +62,7 @@ class ResidentFile:
     on_disk = False
     resident = True
 
-    def __init__(self, array: np.ndarray):
+    def __init__(self, array: np.ndarray) -> None:
         array = np.ascontiguousarray(array)
         if array.flags.writeable:
             array = array.view()
@@ -73,7 +76,7 @@ class ResidentFile:
     def nbytes(self) -> int:
         return int(self.array.nbytes)
 
-    def read(self, region=None, out: np.ndarray | None = None) -> np.ndarray:
+    def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         block = self.array if region is None else self.array[tuple(region)]
         if out is None:
             return block
@@ -88,30 +91,32 @@ class InMemoryResult:
     """The output of a pass held in memory (``op.in_memory_output``): written tile by
     tile like a scratch file, committed as the array itself."""
 
-    def __init__(self, shape, dtype):
-        self.array = np.zeros(shape, dtype)
+    def __init__(self, shape: Sequence[int], dtype: DTypeLike) -> None:
+        self.array: np.ndarray | None = np.zeros(shape, dtype)
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
 
-    def write(self, region, data) -> None:
+    def write(self, region: Region, data: np.ndarray) -> None:
+        assert self.array is not None  # (never written after `discard`)
         self.array[tuple(region)] = data
 
     def commit(self) -> np.ndarray:
+        assert self.array is not None  # (never committed after `discard`)
         return self.array
 
     def discard(self) -> None:
         self.array = None
 
 
-def is_resident(value) -> bool:
+def is_resident(value: Any) -> bool:
     """Whether ``value`` (an operation's host input) is a resident operand."""
     return getattr(value, "resident", False)
 
 
-def _nbytes(shape, dtype) -> int:
+def _nbytes(shape: Sequence[int], dtype: DTypeLike) -> int:
     return math.prod(shape) * np.dtype(dtype).itemsize
 
 
-def resident_operand(x, dtype, budget: MemoryBudget, what: str):
+def resident_operand(x: Any, dtype: DTypeLike, budget: MemoryBudget, what: str) -> jax.Array | None:
     """A non-0-d in-memory operand ``x`` as an operation input: a JAX array of
     ``dtype`` held in memory, or None for a concrete array JAX cannot hold in
     ``dtype`` (a float64 NumPy array while x64 is off) or one too large to hold: the
@@ -132,7 +137,9 @@ def resident_operand(x, dtype, budget: MemoryBudget, what: str):
     return jnp.asarray(x, dtype=held)
 
 
-def check_fits(in_types, budget: MemoryBudget, what: str, *, backward: bool = False) -> None:
+def check_fits(
+    in_types: Iterable[Any], budget: MemoryBudget, what: str, *, backward: bool = False
+) -> None:
     """Refuse resident operands of one call whose total (with the gradients of the
     floating ones, for a backward pass) exceeds their share of the budget."""
     held = [t for t in in_types if _is_resident_type(t)]
@@ -142,15 +149,21 @@ def check_fits(in_types, budget: MemoryBudget, what: str, *, backward: bool = Fa
         _refuse_size(what, shapes, total, budget, " with their gradients" if backward else "")
 
 
-def _is_resident_type(t) -> bool:
+def _is_resident_type(t: Any) -> bool:
     return not getattr(t, "is_disk_array", False) and len(t.shape) > 0
 
 
-def _has_gradient(t, backward: bool) -> bool:
+def _has_gradient(t: Any, backward: bool) -> bool:
     return backward and is_differentiable(t.dtype)
 
 
-def _refuse_size(what: str, shapes, nbytes: int, budget: MemoryBudget, extra: str = ""):
+def _refuse_size(
+    what: str,
+    shapes: Iterable[Sequence[int]],
+    nbytes: int,
+    budget: MemoryBudget,
+    extra: str = "",
+) -> NoReturn:
     listed = ", ".join(str(tuple(s)) for s in shapes)
     size, limit = format_bytes(nbytes), format_bytes(budget.nbytes)
     raise ValueError(
@@ -162,12 +175,14 @@ def _refuse_size(what: str, shapes, nbytes: int, budget: MemoryBudget, extra: st
     )
 
 
-def tile_budget(budget: MemoryBudget, values: Sequence, *, backward: bool = False, out: int = 0):
+def tile_budget(
+    budget: MemoryBudget, values: Sequence[Any], *, backward: bool = False, out: int = 0
+) -> MemoryBudget:
     """The budget left for the tiles of a pass beside what it holds in memory: the
     resident operands among ``values`` and the chains they are (with the gradients
     of the floating ones in a backward pass), and ``out`` bytes of output held in
     memory (`InMemoryResult`)."""
-    from ._chain import leaves
+    from ._chain_graph import leaves
 
     found = {id(f): f for v in values for f in leaves(v) if is_resident(f)}
     held = out + sum(f.nbytes * (1 + _has_gradient(f, backward)) for f in found.values())
@@ -176,7 +191,7 @@ def tile_budget(budget: MemoryBudget, values: Sequence, *, backward: bool = Fals
     return MemoryBudget(max(4096, budget.nbytes - held))
 
 
-def to_memory(value, shape, dtype) -> np.ndarray:
+def to_memory(value: Any, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:
     """A host result that JAX holds in memory (the gradient of a resident operand):
     an array file (a `CustomOp`'s gradient, a chain) is read whole."""
     if value is None:

@@ -12,7 +12,8 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from ..storage._iostats import IOStats, io_stats
 from ._resident import is_resident
@@ -50,9 +51,10 @@ class Stage:
 
 
 class _Recorder:
-    def __init__(self):
+    def __init__(self) -> None:
         self.stages: list[Stage] = []
-        self.names: dict[int, str] = {}
+        # id(file), or a resident operand's (buffer address, shape, dtype)
+        self.names: dict[int | tuple[int, tuple[int, ...], str], str] = {}
         self.counter = itertools.count()
         self.memory_counter = itertools.count()
         self.fused = 0
@@ -86,11 +88,11 @@ def fused() -> None:
         rec.fused += 1
 
 
-def name_of(f, rec: _Recorder) -> str:
+def name_of(f: Any, rec: _Recorder) -> str:
     """A short stable name for an array within one recording: ``x0``, ``x1``... for
     stored ones, ``m0``, ``m1``... for in-memory (resident) operands."""
     # a resident operand is read anew by each pass: named by its buffer, shape and dtype
-    key = (
+    key: int | tuple[int, tuple[int, ...], str] = (
         (f.array.__array_interface__["data"][0], f.shape, f.dtype.str) if is_resident(f) else id(f)
     )
     if key not in rec.names:
@@ -105,15 +107,15 @@ def name_of(f, rec: _Recorder) -> str:
 def stage(
     name: str,
     phase: str,
-    inputs,
-    tile,
+    inputs: Sequence[Any],
+    tile: Sequence[int],
     tiles: int,
     peak: int,
-    read: int,
+    read: float,
     write: int,
-    summed: tuple = (),
-    held: tuple = (),
-):
+    summed: tuple[Any, ...] = (),
+    held: tuple[str, ...] = (),
+) -> Iterator[None]:
     """Measure one pass; a no-op unless `recording` is active. ``summed``: what the
     pass sums in memory: resident inputs (their gradients), or a phrase such as
     ``"output float32[16]"`` for an output held in memory; ``held``: phrases for
@@ -121,7 +123,7 @@ def stage(
     if not _active:
         yield
         return
-    from ._chain import describe, leaves
+    from ._chain_graph import describe, leaves
 
     recs = list(_active)
     named = lambda f, r=recs[0]: name_of(f, r)

@@ -11,28 +11,40 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 
 from ..storage._paged_file import Region
 from . import _stages, _tile_reads
-from ._budget import plan_tiles
+from ._array_file import ArrayFile
+from ._budget import MemoryBudget, plan_tiles
 from ._chain import is_chain
 from ._grain import loop_grain
 from ._resident import is_resident
 from ._tile_reads import ahead_for
 
-__all__ = ["first_tile", "passes", "stage_of", "tile_plan"]
+__all__ = ["Plan", "first_tile", "passes", "stage_of", "tile_plan"]
+
+#: A pass's loop: ``(out_shape, red_shape, tile)``, the tile over both.
+Plan = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+#: An input of a pass: an array file, or a 0-d value.
+Input = ArrayFile | np.ndarray
 
 
-def _disk_bytes(v) -> float:
+def _disk_bytes(v: Input) -> float:
     """Bytes read from disk per element of ``v`` (a chain: of its stored inputs)."""
     if is_chain(v):
         return v.stats().leaf_bytes
     return np.dtype(v.dtype).itemsize if getattr(v, "on_disk", True) else 0
 
 
-def first_tile(out_shape, red_shape, tile) -> tuple[Region, Region]:
+def first_tile(
+    out_shape: Sequence[int], red_shape: Sequence[int], tile: Sequence[int]
+) -> tuple[Region, Region]:
     """The first step's output and reduction regions (clipped to the loop)."""
     n_out = len(out_shape)
     out_r = tuple(slice(0, min(t, max(n, 1))) for t, n in zip(tile[:n_out], out_shape))
@@ -46,7 +58,7 @@ def _nbytes(region: Region | None, itemsize: int) -> int:
     return math.prod(s.stop - s.start for s in region) * itemsize
 
 
-def passes(op, inputs, plan) -> list[float]:
+def passes(op: Any, inputs: Sequence[Input], plan: Plan) -> list[float]:
     """How many times over the loop reads each input (from its first tile). A last,
     partial tile counts as the part it is: an input read once over is read 1.0
     times, not the 1.12 that whole tiles would make of 400 rows in tiles of 57."""
@@ -59,7 +71,14 @@ def passes(op, inputs, plan) -> list[float]:
     ]
 
 
-def tile_plan(op, inputs, phase: str, g, budget, name: str):
+def tile_plan(
+    op: Any,
+    inputs: Sequence[Input],
+    phase: str,
+    g: Input | None,
+    budget: MemoryBudget,
+    name: str,
+) -> tuple[Plan, Callable[[tuple[int, ...]], int]]:
     """The loop's ``(out_shape, red_shape, tile)`` for ``op`` on ``inputs`` under
     ``budget``, and ``bytes_for(tile)``, the bytes one step holds with a tile."""
     for v in (*inputs, g):
@@ -110,7 +129,7 @@ def tile_plan(op, inputs, phase: str, g, budget, name: str):
         out_r = tuple(slice(0, t) for t in tile[:n_out])
         red_r = tuple(slice(0, t) for t in tile[n_out:])
         regions = op.index_map(out_r, red_r, *shapes)
-        read = 0
+        read: float = 0
         for r, s, page, shape in zip(regions, sizes, pages, shapes):
             if r is None or not page:
                 read += _nbytes(r, s)
@@ -135,11 +154,21 @@ def tile_plan(op, inputs, phase: str, g, budget, name: str):
         thin_ok=op.thin_axes(*shapes),
         grain=loop_grain(op, inputs, shapes, out_shape, red_shape),
     )
-    plan = out_shape, red_shape, tuple(max(t, 1) for t in tile)  # empty axes: one step
+    plan: Plan = out_shape, red_shape, tuple(max(t, 1) for t in tile)  # empty axes: one step
     return plan, bytes_for
 
 
-def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None, summed=(), held=()):
+def stage_of(
+    op: Any,
+    phase: str,
+    inputs: Sequence[Input],
+    plan: Plan,
+    write_bytes: int,
+    bytes_for: Callable[[tuple[int, ...]], int],
+    g: Input | None = None,
+    summed: Iterable[Any] = (),
+    held: Iterable[str] = (),
+) -> AbstractContextManager[Any]:
     """The `_stages.stage` of one pass (``g``: a backward pass's cotangent), with
     the bytes its plan will read from disk (chains: their stored inputs), what it
     sums in memory (``summed``: inputs whose gradients, or ``"output ..."``) and the
@@ -150,7 +179,8 @@ def stage_of(op, phase, inputs, plan, write_bytes, bytes_for, g=None, summed=(),
     shapes = [tuple(v.shape) for v in inputs]
     sources = [*inputs, g] if g is not None else list(inputs)
     per_element = [_disk_bytes(v) for v in sources]
-    read, steps = 0, 0
+    read: float = 0
+    steps = 0
     for out_r, _, _, regions in _tile_reads.plan_steps(op, shapes, plan):
         steps += 1
         if g is not None:

@@ -11,8 +11,8 @@ import collections
 import itertools
 import math
 import threading
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,19 @@ from ..storage._file_map import is_view, populate, release
 from ..storage._paged_file import PagedFile, Region
 from ._chain import is_chain
 
-__all__ = ["ahead_for", "plan_steps", "prefetched", "regions", "steps", "take", "tile_count"]
+__all__ = [
+    "Step",
+    "ahead_for",
+    "plan_steps",
+    "prefetched",
+    "regions",
+    "steps",
+    "take",
+    "tile_count",
+]
+
+#: One step of a pass: ``(out_region, first, last, input_regions)`` (`steps`).
+Step = tuple[Region, bool, bool, Sequence[Region | None]]
 
 
 def regions(shape: Sequence[int], tile: Sequence[int]) -> Iterator[Region]:
@@ -36,14 +48,26 @@ def tile_count(shape: Sequence[int], tile: Sequence[int]) -> int:
     return math.prod(-(-max(n, 1) // max(t, 1)) for n, t in zip(shape, tile))
 
 
-def plan_steps(op, shapes, plan):
+def plan_steps(
+    op: Any,
+    shapes: Sequence[tuple[int, ...]],
+    plan: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+) -> Iterator[Step]:
     """Every step of a pass planned as ``(out_shape, red_shape, tile)`` (`steps`)."""
     out_shape, red_shape, tile = plan
     n_out = len(out_shape)
     return steps(op, shapes, regions(out_shape, tile[:n_out]), red_shape, tile[n_out:])
 
 
-def steps(op, shapes, out_regions, red_shape, red_tile, first_red: int = 0, end_red=None):
+def steps(
+    op: Any,
+    shapes: Sequence[tuple[int, ...]],
+    out_regions: Iterable[Region],
+    red_shape: Sequence[int],
+    red_tile: Sequence[int],
+    first_red: int = 0,
+    end_red: int | None = None,
+) -> Iterator[Step]:
     """``(out_region, first, last, input_regions)`` for each step of ``op`` over
     ``out_regions``, each with reduction tiles ``first_red`` up to ``end_red``
     (default: all). ``first`` starts an accumulation, ``last`` ends the whole
@@ -55,7 +79,7 @@ def steps(op, shapes, out_regions, red_shape, red_tile, first_red: int = 0, end_
             yield out_r, k == first_red, k == len(reds) - 1, op.index_map(out_r, reds[k], *shapes)
 
 
-def take(free: list[np.ndarray], shape: tuple[int, ...], dtype) -> np.ndarray:
+def take(free: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A buffer of ``shape`` from ``free``, or a new one; buffers of other shapes (edge
     tiles) are dropped from ``free``."""
     for k, b in enumerate(free):
@@ -65,23 +89,25 @@ def take(free: list[np.ndarray], shape: tuple[int, ...], dtype) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
-def ahead_for(inputs) -> int:
+def ahead_for(inputs: Iterable[Any]) -> int:
     """Steps whose blocks are read ahead: two when a chain is computed on read (each
     read is a chain's work; NumPy releases the GIL on large blocks, so two reads
     run on two cores), else one (a read is I/O that hides behind the arithmetic)."""
     return 2 if any(is_chain(v) for v in inputs) else 1
 
 
-def _recyclable(src) -> bool:
+def _recyclable(src: Any) -> bool:
     """Whether blocks of ``src`` are read into loop-owned buffers."""
     return isinstance(src, PagedFile) or is_chain(src)
 
 
-def _read(src, region):
+def _read(src: Any, region: Region | None) -> np.ndarray:
     return src if isinstance(src, np.ndarray) else src.read(region)
 
 
-def prefetched(step_iter, sources: Sequence[Any]):
+def prefetched(
+    step_iter: Iterable[Step], sources: Sequence[Any]
+) -> Iterator[tuple[Step, list[np.ndarray]]]:
     """Yield (step, blocks) with the next steps' blocks read on background threads.
 
     A block that is one run of bytes in its file is a read-only view of the
@@ -102,7 +128,7 @@ def prefetched(step_iter, sources: Sequence[Any]):
     # blocks are free for the next read)
     dedupe = ahead == 1
 
-    def load(regions):
+    def load(regions: Sequence[Region | None]) -> list[np.ndarray]:
         blocks = []
         for i, (src, r) in enumerate(zip(sources, regions)):
             key = None if r is None else tuple((s.start, s.stop) for s in r)
@@ -143,8 +169,9 @@ def prefetched(step_iter, sources: Sequence[Any]):
 
     step_iter = iter(step_iter)
     pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="gradpipe-ooc-read")
-    queue: collections.deque = collections.deque()
-    blocks = None
+    queue: collections.deque[tuple[Step, Future[list[np.ndarray]]]] = collections.deque()
+    blocks: list[np.ndarray] | None = None
+    v: np.ndarray  # (a view released below)
     try:
         for step in itertools.islice(step_iter, ahead):
             queue.append((step, pool.submit(load, step[-1])))

@@ -24,6 +24,7 @@ import shutil
 import signal
 import threading
 from pathlib import Path
+from types import FrameType
 
 __all__ = [
     "install_sigterm_cleanup",
@@ -84,7 +85,11 @@ def sweep_scratch_root(root: Path) -> list[Path]:
             old = None if m else _OLD_SCRATCH_RE.match(entry.name)
             if not (m or old) or not entry.is_dir(follow_symlinks=False):
                 continue
-            pid, start = (int(m[1]), int(m[2])) if m else (int(old[1]), None)
+            if m:
+                pid, start = int(m[1]), int(m[2])
+            else:
+                assert old is not None  # one of the two names matched
+                pid, start = int(old[1]), None
             if _owner_gone(pid, start):
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(Path(entry.path))
@@ -123,7 +128,7 @@ def install_sigterm_cleanup() -> bool:
     if previous is signal.SIG_IGN or previous is None:
         return False  # ignored on purpose, or set outside Python: leave it alone
 
-    def on_sigterm(signum, frame):
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
         if callable(previous):
             previous(signum, frame)  # the application's handler decides first
             return

@@ -51,7 +51,7 @@ class FileMap:
 
 
 def _owner(block: np.ndarray) -> _ReadMap | None:
-    base = block
+    base: object = block
     while isinstance(base, np.ndarray):
         base = base.base
     if isinstance(base, memoryview):  # NumPy's record of the exported buffer
@@ -59,7 +59,7 @@ def _owner(block: np.ndarray) -> _ReadMap | None:
     return base if isinstance(base, _ReadMap) else None
 
 
-def is_view(block) -> bool:
+def is_view(block: object) -> bool:
     """Whether ``block`` is a view of a `FileMap` (and not memory of its own)."""
     return isinstance(block, np.ndarray) and _owner(block) is not None
 

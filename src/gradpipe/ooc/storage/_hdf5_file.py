@@ -17,18 +17,24 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from ._in_place import InPlaceFile, Region, extent, touched_bytes
 from ._iostats import record_read
-from ._zarr_file import InPlaceFile, _extent, _touched_bytes
 
 __all__ = ["HDF5File", "hdf5_file"]
 
-Region = tuple[slice, ...]
+#: The pages to read a contiguous dataset in: a shape, or a function of the
+#: dataset's shape and item size giving one.
+PageShape = tuple[int, ...] | Callable[[tuple[int, ...], int], tuple[int, ...]]
 
 
-def _h5py():
+def _h5py() -> ModuleType:
     try:
         import h5py
     except ImportError:
@@ -44,7 +50,9 @@ class HDF5File(InPlaceFile):
 
     writable = False
 
-    def __init__(self, path: str | os.PathLike, dataset: str, page_shape=None):
+    def __init__(
+        self, path: str | os.PathLike[str], dataset: str, page_shape: PageShape | None = None
+    ) -> None:
         """``page_shape``: for a contiguous dataset, the pages to read it in (a shape,
         or a function of the shape and item size giving one); a chunked dataset's
         pages are its chunks."""
@@ -97,13 +105,13 @@ class HDF5File(InPlaceFile):
         """The values in ``region``, read straight into ``out`` when it is given (a
         C-contiguous array of the region's shape and this file's dtype)."""
         region = self.normalize(region)
-        shape = _extent(region)
+        shape = extent(region)
         if out is None or out.dtype != self.dtype or not out.flags.c_contiguous:
             target = np.empty(shape, self.dtype)
         else:
             target = out
         if tuple(target.shape) != shape:
-            raise ValueError(f"read: out must have the region's shape {shape}, got {out.shape}.")
+            raise ValueError(f"read: out must have the region's shape {shape}, got {target.shape}.")
         if 0 in shape:
             return target if out is None else out
         if self.shape:
@@ -111,7 +119,7 @@ class HDF5File(InPlaceFile):
         else:
             self._dataset.read_direct(target)
         if self._decodes_whole:
-            record_read(_touched_bytes(region, self.page_shape, self.shape, self.dtype.itemsize))
+            record_read(touched_bytes(region, self.page_shape, self.shape, self.dtype.itemsize))
         else:
             record_read(target.nbytes)
         if out is not None and target is not out:
@@ -119,13 +127,13 @@ class HDF5File(InPlaceFile):
             return out
         return target
 
-    def write(self, region, data) -> None:
+    def write(self, region: Region | None, data: ArrayLike) -> None:
         raise TypeError(
             f"the HDF5 dataset {self.dataset!r} in {self.path!r} is read-only in gradpipe.ooc; "
             "copy it first (ooc.asarray(x, copy=True), or x.save(path)) to write into it."
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[HDF5File], tuple[str, str, tuple[int, ...]]]:
         return (HDF5File, (self.path, self.dataset, self.page_shape))
 
     def __repr__(self) -> str:
@@ -135,7 +143,11 @@ class HDF5File(InPlaceFile):
         )
 
 
-def hdf5_file(path, dataset: str | None = None, page_shape=None) -> HDF5File:
+def hdf5_file(
+    path: str | os.PathLike[str] | Any,
+    dataset: str | None = None,
+    page_shape: PageShape | None = None,
+) -> HDF5File:
     """The `HDF5File` `open_hdf5` wraps (see there for the arguments)."""
     h5py = _h5py()
     if isinstance(path, h5py.Dataset):

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = [
     "FORMAT_VERSION",
@@ -30,7 +32,7 @@ FORMAT_VERSION = 1
 HEADER_BYTES = 4096
 
 
-def check_layout(shape, dtype, what: str = "DiskArray") -> None:
+def check_layout(shape: Sequence[int], dtype: DTypeLike, what: str = "DiskArray") -> None:
     """Refuse a shape with a negative axis and a dtype that is not a number or bool.
 
     Only bool, integer, floating and complex dtypes are stored: an object array's
@@ -47,7 +49,7 @@ def check_layout(shape, dtype, what: str = "DiskArray") -> None:
         )
 
 
-def encode_header(shape, dtype: np.dtype, page_shape) -> bytes:
+def encode_header(shape: Sequence[int], dtype: np.dtype, page_shape: Sequence[int]) -> bytes:
     check_layout(shape, dtype)
     meta = json.dumps(
         {
@@ -64,7 +66,7 @@ def encode_header(shape, dtype: np.dtype, page_shape) -> bytes:
     return body.ljust(HEADER_BYTES, b"\x00")
 
 
-def decode_header(raw: bytes, path: str):
+def decode_header(raw: bytes, path: str) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...]]:
     """Shape, dtype and page shape from a header, each checked; a `ValueError` naming
     ``path`` and what is wrong when the header is damaged or not a gradpipe header."""
 

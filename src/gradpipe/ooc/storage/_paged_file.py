@@ -27,39 +27,28 @@ import math
 import os
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ._debris import install_sigterm_cleanup, owner_tag, sweep_partials
 from ._file_map import FileMap
+from ._file_ops import allocate, close_and_unlink, fsync_dir, unlink_quietly
 from ._header import FORMAT_VERSION, HEADER_BYTES, decode_header, encode_header
 from ._iostats import record_read, record_write
-from ._pieces import pread_all, pwrite_all, read_pieces, region_pieces, write_pieces
+from ._page_layout import PageLayout, Region, page_grid
+from ._pieces import pread_all, pwrite_all, read_pieces, write_pieces
 from ._scratch import get_scratch_dir
 
-__all__ = ["FORMAT_VERSION", "PagedFile"]
+__all__ = ["FORMAT_VERSION", "PagedFile", "Region", "partial_name"]
 
 SUFFIX = ".gpa"
-
-Region = tuple[slice, ...]
 
 _STAGING_BYTES = 8 * 2**20  # the most `write` copies at once to make data contiguous
 
 
-# ---------------------------------------------------------------- the file
-
-
-def _page_grid(shape: tuple[int, ...], page_shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(-(-n // p) if n else 0 for n, p in zip(shape, page_shape))
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-class PagedFile:
+class PagedFile(PageLayout):
     """One paged array file, opened for reading and writing at page granularity.
 
     Create with `PagedFile.create` (a new, zero-filled, not yet visible file) or
@@ -67,29 +56,40 @@ class PagedFile:
     when the object is garbage collected.
     """
 
-    def __init__(self, path: str, shape, dtype, page_shape, *, fd: int, final_path: str | None):
+    _scratch: bool  # set by the constructors; `is_scratch` reads False where unset
+
+    def __init__(
+        self,
+        path: str,
+        shape: Sequence[int],
+        dtype: DTypeLike,
+        page_shape: Sequence[int],
+        *,
+        fd: int,
+        final_path: str | None,
+    ) -> None:
         self.path = path
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         self.page_shape = tuple(int(p) for p in page_shape)
-        self.grid = _page_grid(self.shape, self.page_shape)
+        self.grid = page_grid(self.shape, self.page_shape)
         self.page_bytes = math.prod(self.page_shape) * self.dtype.itemsize
         self._fd = fd
         self._final_path = final_path  # where `commit` renames to; None once visible
         self.writable = True
         self.on_disk = True  # False for a file held in memory: its I/O is not counted
         self._map: FileMap | None = None
-        self._finalizer = weakref.finalize(self, _close_and_unlink, fd, path, False)
+        self._finalizer = weakref.finalize(self, close_and_unlink, fd, path, False)
 
     # -- construction ------------------------------------------------------
 
     @classmethod
     def create(
         cls,
-        shape,
-        dtype,
-        page_shape,
-        path: str | os.PathLike | None = None,
+        shape: Sequence[int],
+        dtype: DTypeLike,
+        page_shape: Sequence[int],
+        path: str | os.PathLike[str] | None = None,
         *,
         in_memory: bool = False,
     ) -> PagedFile:
@@ -117,33 +117,35 @@ class PagedFile:
             install_sigterm_cleanup()
         tmp = partial_name(final)
         header = encode_header(shape, dtype, page_shape)
-        n_pages = math.prod(_page_grid(shape, page_shape))
+        n_pages = math.prod(page_grid(shape, page_shape))
         size = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _allocate(fd, size, tmp)
+            allocate(fd, size, tmp)
             os.pwrite(fd, header, 0)
         except BaseException:
             os.close(fd)
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise
         f = cls(tmp, shape, dtype, page_shape, fd=fd, final_path=final)
         f._scratch = scratch
         if not scratch:
             # A user file that never gets committed must not linger either.
             f._finalizer.detach()
-            f._finalizer = weakref.finalize(f, _close_and_unlink, fd, tmp, False)
+            f._finalizer = weakref.finalize(f, close_and_unlink, fd, tmp, False)
         return f
 
     @classmethod
-    def _in_memory(cls, shape, dtype, page_shape) -> PagedFile:
+    def _in_memory(
+        cls, shape: tuple[int, ...], dtype: np.dtype, page_shape: tuple[int, ...]
+    ) -> PagedFile:
         name = f"gradpipe-{uuid.uuid4().hex[:8]}"
         fd = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
-            _allocate(
+            allocate(
                 fd,
                 HEADER_BYTES
-                + math.prod(_page_grid(shape, page_shape)) * math.prod(page_shape) * dtype.itemsize,
+                + math.prod(page_grid(shape, page_shape)) * math.prod(page_shape) * dtype.itemsize,
                 "memory",
             )
             os.pwrite(fd, encode_header(shape, dtype, page_shape), 0)
@@ -153,11 +155,11 @@ class PagedFile:
         f = cls(f"<memory {name}>", shape, dtype, page_shape, fd=fd, final_path=None)
         f._scratch, f.on_disk = True, False
         f._finalizer.detach()  # nothing to unlink: the memory goes with the descriptor
-        f._finalizer = weakref.finalize(f, _close_and_unlink, fd, f.path, True)
+        f._finalizer = weakref.finalize(f, close_and_unlink, fd, f.path, True)
         return f
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, writable: bool = False) -> PagedFile:
+    def open(cls, path: str | os.PathLike[str], *, writable: bool = False) -> PagedFile:
         """Open a committed file, checking its header and its length."""
         path = str(path)
         sweep_partials(path)
@@ -174,7 +176,7 @@ class PagedFile:
             raise PermissionError(e.errno, f"{path!r} cannot be opened for {how}.", path) from None
         try:
             shape, dtype, page_shape = decode_header(os.pread(fd, HEADER_BYTES, 0), path)
-            n_pages = math.prod(_page_grid(shape, page_shape))
+            n_pages = math.prod(page_grid(shape, page_shape))
             expected = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
             actual = os.fstat(fd).st_size
             if actual < expected:
@@ -189,7 +191,7 @@ class PagedFile:
         f._scratch = False
         f.writable = writable
         f._finalizer.detach()
-        f._finalizer = weakref.finalize(f, _close_and_unlink, fd, path, True)
+        f._finalizer = weakref.finalize(f, close_and_unlink, fd, path, True)
         return f
 
     def commit(self) -> PagedFile:
@@ -205,7 +207,7 @@ class PagedFile:
         self._final_path = None
         self._finalizer.detach()
         keep = not self.is_scratch
-        self._finalizer = weakref.finalize(self, _close_and_unlink, self._fd, self.path, keep)
+        self._finalizer = weakref.finalize(self, close_and_unlink, self._fd, self.path, keep)
         return self
 
     @contextlib.contextmanager
@@ -240,7 +242,7 @@ class PagedFile:
         try:
             os.fchmod(fd, os.fstat(old_fd).st_mode & 0o7777)
             size = HEADER_BYTES + math.prod(self.grid) * self.page_bytes
-            _allocate(fd, size, shadow)
+            allocate(fd, size, shadow)
             os.pwrite(fd, encode_header(self.shape, self.dtype, self.page_shape), 0)
             self._fd = fd
             yield self
@@ -249,18 +251,18 @@ class PagedFile:
             fsync_dir(target)
         except BaseException:
             self._fd = old_fd
-            _close_and_unlink(fd, shadow, False)
+            close_and_unlink(fd, shadow, False)
             raise
         self._finalizer.detach()
         with contextlib.suppress(OSError):
             os.close(old_fd)
-        self._finalizer = weakref.finalize(self, _close_and_unlink, fd, self.path, True)
+        self._finalizer = weakref.finalize(self, close_and_unlink, fd, self.path, True)
 
     def discard(self) -> None:
         """Close and remove the file now (used when a write fails part-way)."""
         self._map = None
         self._finalizer.detach()
-        _close_and_unlink(self._fd, self.path, keep=not self.on_disk)  # in memory: no name
+        close_and_unlink(self._fd, self.path, keep=not self.on_disk)  # in memory: no name
 
     @property
     def is_scratch(self) -> bool:
@@ -271,22 +273,6 @@ class PagedFile:
         return math.prod(self.shape) * self.dtype.itemsize
 
     # -- page I/O ----------------------------------------------------------
-
-    def _page_offset(self, index: tuple[int, ...]) -> int:
-        flat = 0
-        for i, g in zip(index, self.grid):
-            flat = flat * g + i
-        return HEADER_BYTES + flat * self.page_bytes
-
-    def _page_runs(self, region: Region) -> Iterator[tuple[tuple[int, ...], int]]:
-        """(first page index, run length) for each run of pages along the last axis."""
-        lo = [s.start // p for s, p in zip(region, self.page_shape)]
-        hi = [-(-s.stop // p) for s, p in zip(region, self.page_shape)]
-        if not self.shape:
-            yield (), 1
-            return
-        for lead in np.ndindex(*[h - lo_ for lo_, h in zip(lo[:-1], hi[:-1])]):
-            yield (*[a + b for a, b in zip(lead, lo[:-1])], lo[-1]), hi[-1] - lo[-1]
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """The values in ``region`` (a tuple of unit-step slices), in ``out`` when
@@ -314,11 +300,11 @@ class PagedFile:
         for first, run in self._page_runs(region):
             if run == 1 and self._is_whole_page(region, first):
                 # the common case of a tile equal to a page: read straight into `out`
-                pread_all(self._fd, memoryview(out).cast("B"), self._page_offset(first), self.path)
+                pread_all(self._fd, out.data.cast("B"), self._page_offset(first), self.path)
                 read += out.nbytes
                 continue
             buf = np.empty((run, *ps), self.dtype)
-            pread_all(self._fd, memoryview(buf).cast("B"), self._page_offset(first), self.path)
+            pread_all(self._fd, buf.data.cast("B"), self._page_offset(first), self.path)
             self._scatter(region, first, run, buf, out, to_pages=False)
             read += buf.nbytes
         if self.on_disk:
@@ -387,69 +373,18 @@ class PagedFile:
         for first, run in self._page_runs(region):
             offset = self._page_offset(first)
             if run == 1 and self._is_whole_page(region, first):
-                view = memoryview(np.ascontiguousarray(data)).cast("B")
+                view = np.ascontiguousarray(data).data.cast("B")
                 pwrite_all(self._fd, view, offset, self.path)
                 continue
             buf = np.empty((run, *ps), self.dtype)
             if not self._covers(region, first, run):
-                pread_all(self._fd, memoryview(buf).cast("B"), offset, self.path)
+                pread_all(self._fd, buf.data.cast("B"), offset, self.path)
             else:
                 buf[...] = 0
             self._scatter(region, first, run, buf, data, to_pages=True)
-            pwrite_all(self._fd, memoryview(buf).cast("B"), offset, self.path)
+            pwrite_all(self._fd, buf.data.cast("B"), offset, self.path)
         if self.on_disk:
             record_write(data.nbytes)
-
-    def _pieces(self, region: Region):
-        if not self.shape:
-            return None
-        pages = (
-            (*first[:-1], first[-1] + r)
-            for first, run in self._page_runs(region)
-            for r in range(run)
-        )
-        return region_pieces(region, self.page_shape, self.dtype.itemsize, pages, self._page_offset)
-
-    # -- helpers -----------------------------------------------------------
-
-    def normalize(self, region: Region | None) -> Region:
-        """``region`` with every ``None`` bound filled in (``None``: the whole array)."""
-        if region is None:
-            return tuple(slice(0, n) for n in self.shape)
-        return tuple(
-            slice(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(region, self.shape)
-        )
-
-    def _is_whole_page(self, region: Region, first: tuple[int, ...]) -> bool:
-        """Whether ``region`` is exactly the (full-size) page ``first``."""
-        return all(
-            s.start == i * p and s.stop == (i + 1) * p
-            for s, p, i in zip(region, self.page_shape, first)
-        )
-
-    def _covers(self, region: Region, first: tuple[int, ...], run: int) -> bool:
-        """Whether ``region`` covers the whole (in-array part of the) page run."""
-        for ax, (s, p, n) in enumerate(zip(region, self.page_shape, self.shape)):
-            lo = first[ax] * p
-            hi = min((first[ax] + (run if ax == len(region) - 1 else 1)) * p, n)
-            if s.start > lo or s.stop < hi:
-                return False
-        return True
-
-    def _scatter(self, region, first, run, pages, arr, *, to_pages: bool) -> None:
-        """Copy between a run of pages and the region-shaped array ``arr``."""
-        ps = self.page_shape
-        for r in range(run):
-            idx = (*first[:-1], first[-1] + r) if ps else ()
-            page_sl, arr_sl = [], []
-            for s, p, i in zip(region, ps, idx):
-                lo, hi = max(s.start, i * p), min(s.stop, (i + 1) * p)
-                page_sl.append(slice(lo - i * p, hi - i * p))
-                arr_sl.append(slice(lo - s.start, hi - s.start))
-            if to_pages:
-                pages[r][tuple(page_sl)] = arr[tuple(arr_sl)]
-            else:
-                arr[tuple(arr_sl)] = pages[r][tuple(page_sl)]
 
     def __repr__(self) -> str:
         return (
@@ -461,43 +396,3 @@ class PagedFile:
 def partial_name(final: str) -> str:
     """The temporary name ``final`` is written under: its owner process, then random."""
     return f"{final}.partial-{owner_tag()}-{uuid.uuid4().hex[:8]}"
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename into ``path``'s directory durable (a no-op where unsupported)."""
-    try:
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _close_and_unlink(fd: int, path: str, keep: bool) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
-    if not keep:
-        _unlink_quietly(path)
-
-
-def _allocate(fd: int, size: int, path: str) -> None:
-    try:
-        if hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, size)
-        else:  # pragma: no cover - non-Linux
-            os.ftruncate(fd, size)
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise OSError(
-                e.errno,
-                f"Not enough disk space for a {size / 2**20:.1f} MiB array in "
-                f"{os.path.dirname(path)!r}. Free space there or choose another scratch "
-                "directory with gradpipe.ooc.set_scratch_dir / $GRADPIPE_SCRATCH.",
-            ) from e
-        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
-            os.ftruncate(fd, size)
-            return
-        raise

@@ -20,19 +20,33 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
-from ._zarr_file import InPlaceFile
+from ._in_place import InPlaceFile, Region
 
 __all__ = ["PickedRows", "row_bytes", "run_bytes", "worth_reading_through"]
 
-Region = tuple[slice, ...]
 
 #: An index is read through when its runs of neighbouring (or repeated) rows hold
 #: at least this many bytes of the source on average (or a 64th of the budget, when
 #: that is less: small budgets read in small tiles anyway).
 MIN_RUN_BYTES = 256 * 2**10
+
+
+class RowSource(Protocol):
+    """What rows are picked from: a stored array that reads a region (a file, or an
+    array of the layers above that reads like one)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    def read(self, region: Region | None = ..., out: np.ndarray | None = ...) -> np.ndarray: ...
 
 
 def _runs(index: np.ndarray) -> np.ndarray:
@@ -47,12 +61,14 @@ def run_bytes(budget_bytes: int) -> int:
     return min(MIN_RUN_BYTES, budget_bytes // 64)
 
 
-def row_bytes(shape, itemsize: int, axis: int) -> int:
+def row_bytes(shape: Sequence[int], itemsize: int, axis: int) -> int:
     """The bytes of one position along ``axis`` of an array of ``shape``."""
     return itemsize * math.prod(n for a, n in enumerate(shape) if a != axis)
 
 
-def worth_reading_through(shape, itemsize: int, axis: int, index, budget_bytes: int) -> bool:
+def worth_reading_through(
+    shape: Sequence[int], itemsize: int, axis: int, index: np.ndarray, budget_bytes: int
+) -> bool:
     """Whether picking ``index`` along ``axis`` of an array of ``shape`` reads runs of
     at least `run_bytes` on average."""
     if index.size == 0:
@@ -73,7 +89,7 @@ class PickedRows(InPlaceFile):
     #: a read holds the rows it fetched and the region it makes of them (`_chain._Stats`)
     buffers = 2
 
-    def __init__(self, source, axis: int, index: np.ndarray):
+    def __init__(self, source: RowSource, axis: int, index: np.ndarray) -> None:
         self.source = source
         self.axis = int(axis)
         self.index = np.ascontiguousarray(index, dtype=np.int64)
@@ -123,7 +139,7 @@ class PickedRows(InPlaceFile):
             else:
                 target[...] = self.source.read(box)
 
-    def formula(self, name) -> str:
+    def formula(self, name: Callable[[RowSource], str]) -> str:
         """What `describe` shows inside the chain's ``take(...)``: the source named by
         ``name`` and which rows, ``x0, 365 of 1461 along axis 0``."""
         n = self.source.shape[self.axis]

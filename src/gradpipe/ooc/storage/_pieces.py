@@ -92,7 +92,7 @@ def _batches(file_offsets: np.ndarray, length: int) -> Iterator[tuple[int, int]]
 def _vectors(array: np.ndarray, pieces: Pieces) -> Iterator[tuple[list, int]]:
     """``(buffers, file offset)`` for each batch of pieces that follow each other on
     disk; the buffers are views of the C-contiguous ``array``."""
-    view = memoryview(array).cast("B")
+    view = array.data.cast("B")
     for file_offsets, array_offsets, length in pieces:
         if not length:
             continue

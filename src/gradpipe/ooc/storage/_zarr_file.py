@@ -33,19 +33,26 @@ import math
 import os
 import threading
 from collections.abc import Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from ._in_place import InPlaceFile, Region, extent, touched_bytes
 from ._iostats import record_read, record_write
 
-__all__ = ["InPlaceFile", "ZarrFile", "zarr_file", "resolve_store", "zarr_module"]
+__all__ = ["ZarrFile", "zarr_file", "resolve_store", "zarr_module"]
 
-Region = tuple[slice, ...]
+if TYPE_CHECKING:
+    from zarr import Array as ZarrArray
+#: A partly written chunk inside `ZarrFile.rewriting`: [buffer, elements filled, parts].
+_Staged = list[Any]
 
 _MODES = ("r", "r+")
 
 
-def zarr_module():
+def zarr_module() -> ModuleType:
     """The `zarr` module (version 3 or later), or an `ImportError` naming the extra."""
     try:
         import zarr
@@ -61,44 +68,6 @@ def zarr_module():
     return zarr
 
 
-def _touched_bytes(region: Region, unit: tuple[int, ...], shape, itemsize: int) -> int:
-    """Decoded bytes of the chunks of side ``unit`` that ``region`` touches (the part
-    of each inside the array)."""
-    n = itemsize
-    for s, c, size in zip(region, unit, shape):
-        if s.stop <= s.start:
-            return 0
-        n *= min(-(-s.stop // c) * c, size) - s.start // c * c
-    return n
-
-
-def _extent(region: Region) -> tuple[int, ...]:
-    return tuple(s.stop - s.start for s in region)
-
-
-class InPlaceFile:
-    """What the files of arrays read where they lie share: a ``shape`` and a
-    ``dtype``, and regions given as tuples of slices."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    is_scratch = False
-    on_disk = True
-    pickles_by_location = True  # reopened from where it lies in another process
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
-
-    def normalize(self, region: Region | None) -> Region:
-        """``region`` with every ``None`` bound filled in (``None``: the whole array)."""
-        if region is None:
-            return tuple(slice(0, n) for n in self.shape)
-        return tuple(
-            slice(s.start or 0, n if s.stop is None else s.stop) for s, n in zip(region, self.shape)
-        )
-
-
 class ZarrFile(InPlaceFile):
     """A zarr array as the tile driver reads and writes it (see the module).
 
@@ -111,7 +80,7 @@ class ZarrFile(InPlaceFile):
     #: of the whole array can be renamed over it)
     writes_in_place = True
 
-    def __init__(self, array, location: str):
+    def __init__(self, array: ZarrArray, location: str) -> None:
         dtype = np.dtype(array.dtype)
         if dtype.kind not in "biufc":
             raise TypeError(
@@ -126,11 +95,11 @@ class ZarrFile(InPlaceFile):
         shards = getattr(array, "shards", None)
         self.write_shape = tuple(int(c) for c in (shards or array.chunks))
         self.writable = not array.read_only
-        self._staged: dict | None = None  # unit -> [buffer, elements filled, parts]
+        self._staged: dict[tuple[int, ...], _Staged] | None = None
         self._lock = threading.Lock()
 
     @property
-    def array(self):
+    def array(self) -> ZarrArray:
         """The zarr array behind this file."""
         return self._array
 
@@ -140,7 +109,7 @@ class ZarrFile(InPlaceFile):
         """The values in ``region``, decoded from the chunks it touches; in ``out``
         when given (an array of the region's shape)."""
         region = self.normalize(region)
-        shape = _extent(region)
+        shape = extent(region)
         if out is not None and tuple(out.shape) != shape:
             raise ValueError(f"read: out must have the region's shape {shape}, got {out.shape}.")
         if 0 in shape:
@@ -150,7 +119,7 @@ class ZarrFile(InPlaceFile):
             out = np.ascontiguousarray(block, dtype=self.dtype)
         else:
             out[...] = block
-        record_read(_touched_bytes(region, self.page_shape, self.shape, self.dtype.itemsize))
+        record_read(touched_bytes(region, self.page_shape, self.shape, self.dtype.itemsize))
         return out
 
     # -- writing ---------------------------------------------------------------
@@ -162,7 +131,7 @@ class ZarrFile(InPlaceFile):
                 "ooc.open_zarr(..., mode='r+') to write into it."
             )
 
-    def write(self, region: Region | None, data) -> None:
+    def write(self, region: Region | None, data: ArrayLike) -> None:
         """Write ``data`` (broadcast to the region) into ``region``.
 
         Chunks the region covers whole are encoded from ``data`` alone; a chunk it
@@ -171,7 +140,7 @@ class ZarrFile(InPlaceFile):
         """
         self._check_writable()
         region = self.normalize(region)
-        shape = _extent(region)
+        shape = extent(region)
         data = np.broadcast_to(np.asarray(data, self.dtype), shape)
         if 0 in shape:
             return
@@ -182,7 +151,7 @@ class ZarrFile(InPlaceFile):
 
     def _put(self, region: Region, data: np.ndarray) -> None:
         self._array[region] = data
-        record_write(_touched_bytes(region, self.write_shape, self.shape, self.dtype.itemsize))
+        record_write(touched_bytes(region, self.write_shape, self.shape, self.dtype.itemsize))
 
     def _write_staged(self, region: Region, data: np.ndarray) -> None:
         """Write the chunks ``region`` covers whole now; stage the others' parts."""
@@ -217,11 +186,12 @@ class ZarrFile(InPlaceFile):
         in_unit = tuple(slice(p.start - b.start, p.stop - b.start) for p, b in zip(part, box))
         in_data = tuple(slice(p.start - r.start, p.stop - r.start) for p, r in zip(part, region))
         with self._lock:
-            entry = self._staged.setdefault(index, [np.empty(_extent(box), self.dtype), 0, []])
+            assert self._staged is not None  # staging: inside `rewriting`
+            entry = self._staged.setdefault(index, [np.empty(extent(box), self.dtype), 0, []])
             entry[0][in_unit] = data[in_data]
-            entry[1] += math.prod(_extent(part))
+            entry[1] += math.prod(extent(part))
             entry[2].append(in_unit)
-            done = entry[1] >= math.prod(_extent(box))
+            done = entry[1] >= math.prod(extent(box))
             if done:
                 del self._staged[index]
         if done:
@@ -252,7 +222,7 @@ class ZarrFile(InPlaceFile):
 
     # -- identity --------------------------------------------------------------
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[ZarrFile], tuple[ZarrArray, str]]:
         return (ZarrFile, (self._array, self.path))
 
     def __repr__(self) -> str:
@@ -269,7 +239,9 @@ def _is_url(s: str) -> bool:
     return "://" in s
 
 
-def resolve_store(store, *, mode: str, storage_options: dict | None):
+def resolve_store(
+    store: Any, *, mode: str, storage_options: dict[str, Any] | None
+) -> tuple[Any, str]:
     """A zarr store for ``store`` (a local path, an fsspec URL or a zarr store) and
     the location that names it.
 
@@ -315,7 +287,7 @@ def resolve_store(store, *, mode: str, storage_options: dict | None):
     )
 
 
-def _local_twin(array):
+def _local_twin(array: ZarrArray) -> ZarrArray:
     """``array`` reopened through `LocalStore` when its store is fsspec's local file
     system (which writes chunks in place, not by rename); else ``array`` itself."""
     zarr = zarr_module()
@@ -330,7 +302,7 @@ def _local_twin(array):
     return zarr.open_array(local, path=array.path, mode="r" if array.read_only else "r+")
 
 
-def _store_root(store) -> str:
+def _store_root(store: Any) -> str:
     """Where ``store`` is: a local directory, a URL, or the store's own name."""
     root = getattr(store, "root", None)
     if root is not None:
@@ -341,7 +313,13 @@ def _store_root(store) -> str:
     return str(store)
 
 
-def zarr_file(store, *, path: str | None = None, mode: str = "r", storage_options=None):
+def zarr_file(
+    store: Any,
+    *,
+    path: str | None = None,
+    mode: str = "r",
+    storage_options: dict[str, Any] | None = None,
+) -> ZarrFile:
     """The `ZarrFile` `open_zarr` wraps (see there for the arguments)."""
     zarr = zarr_module()
     if mode not in _MODES:
@@ -378,7 +356,7 @@ def _join(root: str, path: str | None) -> str:
     return f"{root.rstrip('/')}/{path.strip('/')}" if path else root
 
 
-def _array_names(zarr, store, path) -> str:
+def _array_names(zarr: ModuleType, store: Any, path: str | None) -> str:
     try:
         names = sorted(zarr.open_group(store, path=path or "", mode="r").array_keys())
     except Exception:  # a listing is a courtesy: never hide the real error

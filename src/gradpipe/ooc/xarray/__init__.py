@@ -61,7 +61,7 @@ from __future__ import annotations
 __all__ = ["GradpipeChunkManager"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     if name == "GradpipeChunkManager":  # imports xarray: only when asked for
         try:
             from ._manager import GradpipeChunkManager

@@ -20,22 +20,26 @@ the `gradpipe.ooc` namespace to differentiate it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..arrays._array import DiskArray, _is_concrete, _new_file
-from ..planning._budget import get_budget
+from ..arrays._array import DiskArray, _is_concrete
+from ..arrays._array_files import _new_file
+from ..planning._budget import MemoryBudget, get_budget
+from ..storage._paged_file import PagedFile
 from ._load import check_fits
 
 __all__ = ["apply_in_blocks", "in_memory"]
 
 
-def _name(func) -> str:
+def _name(func: Callable[..., Any]) -> str:
     inner = getattr(func, "func", func)  # functools.partial
     return getattr(inner, "__name__", type(inner).__name__)
 
 
-def _check_concrete(args, what: str) -> None:
+def _check_concrete(args: Sequence[Any], what: str) -> None:
     for a in args:
         if isinstance(a, DiskArray) and not _is_concrete(a._handle):
             raise TypeError(
@@ -45,11 +49,19 @@ def _check_concrete(args, what: str) -> None:
             )
 
 
-def _as_outputs(result, n_out: int):
+def _as_outputs(result: Any, n_out: int) -> list[Any]:
     return list(result) if n_out > 1 else [result]
 
 
-def in_memory(func, args, kwargs, *, what: str, n_out: int = 1, budget=None):
+def in_memory(
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    what: str,
+    n_out: int = 1,
+    budget: MemoryBudget | int | str | None = None,
+) -> Any:
     """``func(*args, **kwargs)`` with the DiskArrays among ``args`` read whole (within
     the budget, else refused naming ``what``); array results become DiskArrays."""
     _check_concrete(args, what)
@@ -61,11 +73,11 @@ def in_memory(func, args, kwargs, *, what: str, n_out: int = 1, budget=None):
     return tuple(wrapped) if n_out > 1 else wrapped[0]
 
 
-def _to_disk(a: np.ndarray, budget):
+def _to_disk(a: np.ndarray, budget: MemoryBudget | int | str | None) -> DiskArray | np.ndarray:
     return DiskArray.from_numpy(a, budget=budget) if a.ndim and a.dtype.kind in "biufc" else a
 
 
-def _rows(a, lo: int, hi: int, n: int):
+def _rows(a: Any, lo: int, hi: int, n: int) -> Any:
     if not isinstance(a, (DiskArray, np.ndarray)) or getattr(a, "ndim", 0) == 0:
         return a
     if a.shape[0] != n:  # a broadcast (size-1) first axis
@@ -76,7 +88,7 @@ def _rows(a, lo: int, hi: int, n: int):
     return a[lo:hi]
 
 
-def _streamable(args) -> int | None:
+def _streamable(args: Sequence[Any]) -> int | None:
     """The length of the first axis the array arguments share (others size 1), or None."""
     arrays = [a for a in args if isinstance(a, (DiskArray, np.ndarray)) and a.ndim]
     if not arrays or not any(isinstance(a, DiskArray) for a in arrays):
@@ -89,7 +101,15 @@ def _streamable(args) -> int | None:
     return n
 
 
-def apply_in_blocks(func, args, kwargs, *, what: str, n_out: int = 1, budget=None):
+def apply_in_blocks(
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    what: str,
+    n_out: int = 1,
+    budget: MemoryBudget | int | str | None = None,
+) -> Any:
     """``func`` applied to blocks of rows of ``args`` when the first axis is shared
     (see the module), else `in_memory`. ``func`` must treat rows independently
     (what a chunked map over a loop axis promises)."""
@@ -104,7 +124,7 @@ def apply_in_blocks(func, args, kwargs, *, what: str, n_out: int = 1, budget=Non
         if isinstance(a, (DiskArray, np.ndarray)) and a.ndim and a.shape[0] == n
     )
     step = max(1, b.nbytes // (4 * max(row_bytes, 1)))
-    files = None
+    files: list[PagedFile] | None = None
     try:
         for lo in range(0, n, step):
             hi = min(n, lo + step)
@@ -125,5 +145,6 @@ def apply_in_blocks(func, args, kwargs, *, what: str, n_out: int = 1, budget=Non
         for f in files or ():
             f.discard()
         raise
+    assert files is not None  # n > 1: the loop ran at least once
     results = [DiskArray._wrap(f.commit()) for f in files]
     return tuple(results) if n_out > 1 else results[0]

@@ -13,7 +13,8 @@ refuses chunks that are not regular.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,9 @@ def _blocks(n: int, size: int) -> tuple[int, ...]:
     return tuple(min(size, n - s) for s in range(0, n, size))
 
 
-def _auto_sides(shape, dtype, previous) -> tuple[int, ...]:
+def _auto_sides(
+    shape: tuple[int, ...], dtype: np.dtype | str | None, previous: Sequence[Any] | None
+) -> tuple[int, ...]:
     """Sides for ``"auto"`` axes: the previous (a file's) chunks where known, else
     the page shape a new array of this shape gets under the current budget."""
     itemsize = np.dtype(dtype).itemsize if dtype is not None else 8
@@ -43,7 +46,14 @@ def _auto_sides(shape, dtype, previous) -> tuple[int, ...]:
     return tuple(sides)
 
 
-def normalize_chunks(chunks, shape, *, dtype=None, previous_chunks=None, limit=None):
+def normalize_chunks(
+    chunks: Any,
+    shape: Sequence[int],
+    *,
+    dtype: np.dtype | str | None = None,
+    previous_chunks: Sequence[Any] | None = None,
+    limit: int | None = None,
+) -> tuple[tuple[int, ...], ...]:
     """``chunks`` (any spelling xarray uses, see the module) as explicit block sizes
     for an array of ``shape``: a tuple with one tuple of ints per axis."""
     shape = tuple(int(n) for n in shape)
@@ -96,6 +106,6 @@ def page_shape(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     return tuple(sides)
 
 
-def nbytes(shape, dtype) -> int:
+def nbytes(shape: Sequence[int], dtype: np.dtype | str) -> int:
     """The bytes of an array of ``shape`` and ``dtype``."""
     return math.prod(shape) * np.dtype(dtype).itemsize

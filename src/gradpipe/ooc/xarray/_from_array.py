@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
 import numpy as np
 
-from ..arrays._array import DiskArray
+from ..arrays._array import DiskArray, Result
+from ..planning._budget import MemoryBudget
 from ._chunks import normalize_chunks, page_shape
 from ._load import check_fits
 
@@ -40,7 +42,7 @@ _OPTIONS = ("budget", "copy")
 _DASK_ONLY = ("name", "lock", "inline_array", "meta", "asarray", "fancy", "getitem")
 
 
-def _unwrap(data):
+def _unwrap(data: Any) -> tuple[Any, Any]:
     """The backend array under xarray's wrappers and the one lazy selection on it
     (``None`` for none), or ``(None, None)`` when the layers are not the plain ones."""
     from xarray.core import indexing
@@ -62,7 +64,7 @@ def _unwrap(data):
             return node, key
 
 
-def _backend_class(module: str, name: str):
+def _backend_class(module: str, name: str) -> type[Any] | None:
     try:
         mod = __import__(f"xarray.backends.{module}", fromlist=[name])
     except ImportError:
@@ -70,7 +72,7 @@ def _backend_class(module: str, name: str):
     return getattr(mod, name, None)
 
 
-def _open_backend(node):
+def _open_backend(node: Any) -> DiskArray | None:
     """A DiskArray reading the backend array ``node`` where it lies, or None."""
     from .._open_in_place import open_hdf5, open_zarr
 
@@ -97,7 +99,7 @@ def _open_backend(node):
     return None
 
 
-def _selection(key, ndim: int):
+def _selection(key: Any, ndim: int) -> tuple[slice | int | np.integer, ...] | None:
     """A lazy selection's key as a tuple for `DiskArray.__getitem__` (slices and
     integers only), or None for anything else (arrays of indices)."""
     parts = getattr(key, "tuple", None)
@@ -108,13 +110,14 @@ def _selection(key, ndim: int):
     return tuple(parts)
 
 
-def open_in_place(data) -> DiskArray | None:
+def open_in_place(data: Any) -> Result | None:
     """A DiskArray reading ``data`` (xarray's lazily indexed wrapper of a backend
-    array) where its file lies, or None when it cannot be read in place (see the
-    module for which can)."""
+    array) where its file lies (a 0-d JAX array for one element selected), or None
+    when it cannot be read in place (see the module for which can)."""
     node, key = _unwrap(data)
     if node is None:
         return None
+    x: Result | None
     try:
         x = _open_backend(node)
     except (OSError, TypeError, KeyError, ValueError):  # read it through xarray instead
@@ -132,7 +135,7 @@ def open_in_place(data) -> DiskArray | None:
     return x
 
 
-def _copy(data, chunks, budget) -> DiskArray:
+def _copy(data: Any, chunks: Any, budget: MemoryBudget | int | str | None) -> DiskArray:
     """``data`` copied into a new DiskArray block of rows by block of rows."""
     shape = tuple(int(n) for n in data.shape)
     dtype = np.dtype(data.dtype)
@@ -150,7 +153,7 @@ def _copy(data, chunks, budget) -> DiskArray:
     )
 
 
-def from_array(data, chunks, **kwargs):
+def from_array(data: Any, chunks: Any, **kwargs: Any) -> Result | np.ndarray:
     """A DiskArray for ``data`` (see the module): read in place, or copied; data that
     is not numbers stays in memory (a NumPy array) within the budget."""
     for k in _DASK_ONLY:

@@ -10,20 +10,24 @@ first, write to a file, raise the budget). Nothing is ever loaded silently above
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..arrays._array import DiskArray
-from ..planning._budget import format_bytes, get_budget
+from ..planning._budget import MemoryBudget, format_bytes, get_budget
 
 __all__ = ["check_fits", "load"]
 
 
-def _nbytes(shape, dtype) -> int:
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype | str) -> int:
     return math.prod(shape) * np.dtype(dtype).itemsize
 
 
-def check_fits(arrays, what: str, budget=None) -> None:
+def check_fits(
+    arrays: Sequence[Any], what: str, budget: MemoryBudget | int | str | None = None
+) -> None:
     """Refuse (a `MemoryError`) when ``arrays`` (anything with a ``shape`` and a
     ``dtype``) together are larger than the budget; ``what`` names the operation that
     would hold them in memory."""
@@ -43,7 +47,11 @@ def check_fits(arrays, what: str, budget=None) -> None:
     )
 
 
-def load(*data, budget=None, what: str = "xarray's compute()/load()/.values"):
+def load(
+    *data: Any,
+    budget: MemoryBudget | int | str | None = None,
+    what: str = "xarray's compute()/load()/.values",
+) -> tuple[Any, ...]:
     """``data`` with every DiskArray read into a NumPy array (others passed through),
     refused above the budget (see `check_fits`)."""
     arrays = [x for x in data if isinstance(x, DiskArray)]

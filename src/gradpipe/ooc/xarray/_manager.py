@@ -11,11 +11,13 @@ DiskArray's own array namespace, `gradpipe.ooc`, out of core and differentiable.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
-from ..arrays._array import DiskArray
+from ..arrays._array import DiskArray, Result
 from . import _blocks, _chunks, _from_array, _load, _store
 
 __all__ = ["GradpipeChunkManager"]
@@ -31,23 +33,32 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
 
     # -- chunks ------------------------------------------------------------------
 
-    def chunks(self, data: DiskArray):
+    def chunks(self, data: DiskArray) -> tuple[tuple[int, ...], ...]:
         """The blocks ``data`` is stored in (pages, or the chunks of its file)."""
         return data.chunks
 
-    def normalize_chunks(self, chunks, shape=None, limit=None, dtype=None, previous_chunks=None):
+    def normalize_chunks(
+        self,
+        chunks: Any,
+        shape: tuple[int, ...] | None = None,
+        limit: int | None = None,
+        dtype: np.dtype | None = None,
+        previous_chunks: tuple[tuple[int, ...], ...] | None = None,
+    ) -> tuple[tuple[int, ...], ...]:
         """``chunks`` as block sizes per axis; ``"auto"`` follows the file's chunks
         (``previous_chunks``) or the default page shape under the budget."""
+        if shape is None:  # xarray always passes it
+            raise TypeError("normalize_chunks needs the array's shape.")
         return _chunks.normalize_chunks(
             chunks, shape, dtype=dtype, previous_chunks=previous_chunks, limit=limit
         )
 
-    def from_array(self, data, chunks, **kwargs) -> DiskArray:
+    def from_array(self, data: Any, chunks: Any, **kwargs: Any) -> Result | np.ndarray:
         """A DiskArray reading ``data`` in place where possible, else a copy (see
         `gradpipe.ooc.xarray._from_array` for which sources are read in place)."""
         return _from_array.from_array(data, chunks, **kwargs)
 
-    def rechunk(self, data: DiskArray, chunks, **kwargs) -> DiskArray:
+    def rechunk(self, data: DiskArray, chunks: Any, **kwargs: Any) -> DiskArray:
         """``data`` in pages of the new chunks: itself when they are its chunks, else
         a copy (pages are a property of the file)."""
         wanted = _chunks.normalize_chunks(
@@ -77,23 +88,23 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
 
     # -- in memory, persisted, written ---------------------------------------------
 
-    def compute(self, *data: Any, **kwargs: Any):
+    def compute(self, *data: Any, **kwargs: Any) -> tuple[Any, ...]:
         """The DiskArrays among ``data`` read into NumPy arrays, refused above the
         budget (``budget=`` may be given) naming the sizes."""
         return _load.load(*data, budget=kwargs.get("budget"))
 
-    def persist(self, *data: Any, **kwargs: Any):
+    def persist(self, *data: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``data`` with fused results written to scratch files (DiskArrays stay on disk)."""
         from ..ops import persist
 
         return tuple(persist(x) if isinstance(x, DiskArray) else x for x in data)
 
-    def store(self, sources, targets, **kwargs: Any):
+    def store(self, sources: DiskArray | Sequence[DiskArray], targets: Any, **kwargs: Any) -> None:
         """Stream ``sources`` into ``targets`` tile by tile (`_store.store`)."""
         return _store.store(sources, targets, **kwargs)
 
     @property
-    def array_api(self):
+    def array_api(self) -> Any:
         """`gradpipe.ooc`, the DiskArray's array API namespace (its creation
         functions also take dask's ``chunks=``, as xarray passes it)."""
         from ._namespace import namespace
@@ -103,8 +114,15 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
     # -- NumPy functions of blocks -------------------------------------------------
 
     def map_blocks(
-        self, func, *args, dtype=None, chunks=None, drop_axis=None, new_axis=None, **kwargs
-    ):
+        self,
+        func: Callable[..., Any],
+        *args: Any,
+        dtype: np.dtype | None = None,
+        chunks: tuple[int, ...] | None = None,
+        drop_axis: int | Sequence[int] | None = None,
+        new_axis: int | Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """``func`` on blocks of rows (`_blocks.apply_in_blocks`) when it keeps the
         axes, else on whole arrays within the budget."""
         what = f"map_blocks({_blocks._name(func)})"
@@ -116,15 +134,15 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
 
     def blockwise(
         self,
-        func,
-        out_ind,
-        *args,
-        dtype=None,
-        adjust_chunks=None,
-        new_axes=None,
-        align_arrays=True,
-        **kwargs,
-    ):
+        func: Callable[..., Any],
+        out_ind: Iterable[Any],
+        *args: Any,
+        dtype: np.dtype | None = None,
+        adjust_chunks: dict[Any, Callable[..., Any]] | None = None,
+        new_axes: dict[Any, int] | None = None,
+        align_arrays: bool = True,
+        **kwargs: Any,
+    ) -> Any:
         """``func`` on whole arrays within the budget (``args`` alternate arrays and
         their index strings, as in dask)."""
         for k in ("name", "token", "meta", "concatenate"):
@@ -134,23 +152,21 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
 
     def apply_gufunc(
         self,
-        func,
-        signature,
-        *args,
-        axes=None,
-        axis=None,
-        keepdims=False,
-        output_dtypes=None,
-        output_sizes=None,
-        vectorize=None,
-        allow_rechunk=False,
-        meta=None,
-        **kwargs,
-    ):
+        func: Callable[..., Any],
+        signature: str,
+        *args: Any,
+        axes: Sequence[tuple[int, ...]] | None = None,
+        axis: int | None = None,
+        keepdims: bool = False,
+        output_dtypes: Sequence[np.dtype] | None = None,
+        output_sizes: dict[str, int] | None = None,
+        vectorize: bool | None = None,
+        allow_rechunk: bool = False,
+        meta: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         """xarray's ``apply_ufunc(..., dask="parallelized")``: ``func`` on blocks of rows
         over a leading loop axis, else on whole arrays within the budget."""
-        import numpy as np
-
         if axes is not None or axis is not None or keepdims:
             raise NotImplementedError(
                 "gradpipe's apply_gufunc takes no axes=, axis= or keepdims= (xarray moves "
@@ -178,23 +194,32 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
 
     def reduction(
         self,
-        arr,
-        func,
-        combine_func=None,
-        aggregate_func=None,
-        axis=None,
-        dtype=None,
-        keepdims=False,
-    ):
+        arr: DiskArray,
+        func: Callable[..., Any],
+        combine_func: Callable[..., Any] | None = None,
+        aggregate_func: Callable[..., Any] | None = None,
+        axis: int | Sequence[int] | None = None,
+        dtype: np.dtype | None = None,
+        keepdims: bool = False,
+    ) -> Any:
         """A reduction in chunk/combine/aggregate form, on the whole array within the budget."""
 
-        def whole(x):
+        def whole(x: np.ndarray) -> Any:
             part = func(x, axis=axis, keepdims=True)
             return aggregate_func(part, axis=axis, keepdims=keepdims) if aggregate_func else part
 
         return _blocks.in_memory(whole, [arr], {}, what=f"reduction({_blocks._name(func)})")
 
-    def scan(self, func, binop, ident, arr, axis=None, dtype=None, **kwargs):
+    def scan(
+        self,
+        func: Callable[..., Any],
+        binop: Callable[..., Any],
+        ident: float,
+        arr: DiskArray,
+        axis: int | None = None,
+        dtype: np.dtype | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """A cumulative reduction (``ffill``/``bfill``), on the whole array within the budget."""
         return _blocks.in_memory(
             lambda x: func(x, axis=axis, dtype=dtype),
@@ -203,11 +228,11 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
             what=f"scan({_blocks._name(func)})",
         )
 
-    def unify_chunks(self, *args, **kwargs):
+    def unify_chunks(self, *args: Any, **kwargs: Any) -> tuple[dict[Any, Any], list[Any]]:
         """DiskArrays need no common chunks (operations tile them from the budget):
         ``args`` (arrays and their index strings) are returned as they are."""
         arrays = list(args[0::2])
-        chunkss: dict = {}
+        chunkss: dict[Any, tuple[int, ...]] = {}
         for a, ind in zip(args[0::2], args[1::2]):
             if ind is None or not hasattr(a, "chunks"):
                 continue

@@ -7,12 +7,14 @@ accepted and not needed."""
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["namespace"]
 
 
-def _without_chunks(name: str):
-    def fn(*args, chunks=None, **kwargs):
+def _without_chunks(name: str) -> Callable[..., Any]:
+    def fn(*args: Any, chunks: object = None, **kwargs: Any) -> Any:
         from gradpipe import ooc
 
         return getattr(ooc, name)(*args, **kwargs)
@@ -23,7 +25,7 @@ def _without_chunks(name: str):
 
 
 class _Namespace(types.ModuleType):
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         from gradpipe import ooc
 
         return getattr(ooc, name)

@@ -13,18 +13,20 @@ with no intermediate file.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .._interop import _read_bytes, _regions, _tile_for
 from ..arrays._array import DiskArray
-from ..planning._budget import get_budget
+from ..planning._budget import MemoryBudget, get_budget
 from ..planning._chain import is_chain
 
 __all__ = ["store"]
 
 
-def _unit(target, shape) -> tuple[int, ...] | None:
+def _unit(target: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """The target's chunk (or shard) shape when it says, for whole-chunk tiles."""
     candidates = [getattr(target, "shards", None), getattr(target, "chunks", None)]
     with contextlib.suppress(Exception):  # a NetCDF variable wrapper: its variable knows
@@ -39,7 +41,7 @@ def _unit(target, shape) -> tuple[int, ...] | None:
     return None
 
 
-def _shifted(region, offset):
+def _shifted(region: tuple[slice, ...], offset: tuple[slice, ...] | None) -> tuple[slice, ...]:
     if offset is None:
         return region
     return tuple(
@@ -47,7 +49,14 @@ def _shifted(region, offset):
     )
 
 
-def stream(x: DiskArray, target, region=None, *, lock=None, budget=None) -> None:
+def stream(
+    x: DiskArray,
+    target: Any,
+    region: Sequence[slice] | None = None,
+    *,
+    lock: Any = None,
+    budget: MemoryBudget | int | str | None = None,
+) -> None:
     """Write ``x`` into ``target[region]`` (the whole target when None), tile by tile."""
     f = x._concrete_file("writing with xarray (to_zarr/to_netcdf)")
     b = get_budget(budget)
@@ -74,7 +83,16 @@ def stream(x: DiskArray, target, region=None, *, lock=None, budget=None) -> None
             target[_shifted(r, region)] = block
 
 
-def store(sources, targets, *, regions=None, lock=None, compute=True, budget=None, **_):
+def store(
+    sources: DiskArray | Sequence[DiskArray],
+    targets: Any,
+    *,
+    regions: Any = None,
+    lock: Any = None,
+    compute: bool = True,
+    budget: MemoryBudget | int | str | None = None,
+    **_: Any,
+) -> None:
     """xarray's ``store`` (see the module): each source DiskArray streamed into its
     target. Writing happens now: ``compute=False`` (a delayed write) is refused."""
     if not compute:

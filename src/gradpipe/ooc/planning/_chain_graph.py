@@ -1,0 +1,143 @@
+"""The graph behind a chain: its nodes, the arrays it reads, its depth and formula.
+
+A `ChainFile` (`_chain`) not yet stored holds a `Node`: one block map applied to
+its sources, which are files, 0-d values or other chains. The walks here follow
+those sources down to the stored arrays (`leaves`), count the steps on the longest
+path (`depth`) and write the graph as a formula (`describe`). They know a chain by
+its class's ``is_chain_file`` flag (`is_chain_file`), not by the class itself, so
+that the chain's own module can build on them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from ..storage._paged_file import Region
+from ..storage._picked_rows import PickedRows
+
+__all__ = ["Node", "Unread", "computed_on_read", "depth", "describe", "is_chain_file", "leaves"]
+
+
+class Node:
+    """One block map applied to its sources; ``outputs`` ChainFiles share it.
+
+    ``compute(blocks)`` returns one block per output; ``regions(out_region)`` names
+    the region of each source that an output region needs.
+    """
+
+    __slots__ = ("__weakref__", "compute", "label", "n_outputs", "out_shape", "regions", "sources")
+
+    def __init__(
+        self,
+        label: str,
+        sources: Iterable[Any],
+        regions: Callable[[Region], Sequence[Region | None]],
+        compute: Callable[[list[Any]], Sequence[np.ndarray]],
+        out_shape: Sequence[int],
+        n_outputs: int = 1,
+    ) -> None:
+        self.label = label
+        self.n_outputs = n_outputs
+        self.sources = list(sources)
+        self.regions = regions
+        self.compute = compute
+        self.out_shape = tuple(out_shape)
+
+
+class Unread:
+    """A stand-in source a chain's step never reads (the VJP of ``a - b`` needs
+    neither ``a`` nor ``b``): zeros of the right shape and dtype, computed from
+    nothing, so the chain below it is not evaluated."""
+
+    on_disk = False
+
+    def __init__(self, shape: Sequence[int], dtype: DTypeLike) -> None:
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        shape = self.shape if region is None else tuple(s.stop - s.start for s in region)
+        return np.broadcast_to(np.zeros((), self.dtype), shape)
+
+
+def is_chain_file(f: Any) -> bool:
+    """Whether ``f`` is a `ChainFile`, stored or not (asked of its class: a
+    `PendingResult` answers an unknown attribute by computing itself)."""
+    return getattr(type(f), "is_chain_file", False)
+
+
+def computed_on_read(f: Any) -> bool:
+    """Whether ``f`` is a chain still computed on read."""
+    return is_chain_file(f) and f.stored is None
+
+
+def depth(f: Any) -> int:
+    """The number of steps on the longest path from ``f`` down to a stored array."""
+    best, stack = 0, [(f, 1)]
+    depth_of: dict[int, int] = {}
+    while stack:
+        g, d = stack.pop()
+        if not computed_on_read(g):
+            continue
+        node = g.node
+        if depth_of.get(id(node), 0) >= d:
+            continue
+        depth_of[id(node)] = d
+        best = max(best, d)
+        stack.extend((s, d + 1) for s in node.sources)
+    return best
+
+
+def describe(f: Any, name_leaf: Callable[[Any], str] | None = None) -> str:
+    """The chain behind ``f`` as a formula, ``exp(multiply(tanh(x0), 0.5))``; stored
+    arrays are named by ``name_leaf(file)`` (default ``x0``, ``x1``, ... in order)."""
+    if name_leaf is None:
+        names: dict[int, str] = {}
+        counter = itertools.count()
+
+        def name_leaf(leaf: Any) -> str:
+            if id(leaf) not in names:
+                names[id(leaf)] = f"x{next(counter)}"
+            return names[id(leaf)]
+
+    return _formula(f, name_leaf)
+
+
+def leaves(f: Any) -> list[Any]:
+    """The arrays behind ``f``: the stored files and in-memory operands a chain
+    reads, or ``[f]`` for a stored array (none for a 0-d value)."""
+    out, stack, seen = [], [f], set()
+    while stack:
+        g = stack.pop()
+        if isinstance(g, (np.ndarray, Unread)) or id(g) in seen:
+            continue
+        seen.add(id(g))
+        if computed_on_read(g):
+            if g.node is not None:
+                stack.extend(g.node.sources)
+            continue
+        leaf = g.stored if is_chain_file(g) else g
+        if isinstance(leaf, PickedRows):
+            stack.append(leaf.source)  # read through: its source is what is read
+        else:
+            out.append(leaf)
+    return out
+
+
+def _formula(g: Any, name_leaf: Callable[[Any], str]) -> str:
+    if isinstance(g, np.ndarray):
+        return str(g) if g.size == 1 else f"array{list(g.shape)}"
+    node = g.node if computed_on_read(g) else None
+    if node is not None:
+        text = f"{node.label}({', '.join(_formula(s, name_leaf) for s in node.sources)})"
+        return f"{text}[{g.index}]" if getattr(node, "n_outputs", 1) > 1 else text
+    if isinstance(g, Unread):
+        return "_"
+    leaf = g.stored if is_chain_file(g) else g
+    if isinstance(leaf, PickedRows):
+        return leaf.formula(lambda f: _formula(f, name_leaf))
+    return name_leaf(leaf)
