@@ -52,7 +52,7 @@ def open_zarr(
       ...), a zarr store, or a `zarr.Array`.
     - `path`: the array's path inside the store (when the store is a group).
     - `mode`: ``"r"`` (read-only) or ``"r+"`` (`update_` and ``x[...] = v`` write
-      into the zarr array, one chunk at a time; see `gradpipe.ooc._zarr_file`).
+      into the zarr array, one chunk at a time; see `gradpipe.ooc.storage._zarr_file`).
     - `storage_options`: options for the fsspec file system of a URL, such as
       ``{"endpoint_url": ..., "key": ..., "secret": ...}`` for S3.
 

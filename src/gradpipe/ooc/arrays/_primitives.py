@@ -248,7 +248,7 @@ class OocBackwardPrim(_Refusals, PrimBase):
 
 
 def _settled(op: Any, driver: Driver, values: Sequence[Any]) -> Sequence[Any]:
-    """``values`` with the pending results they read computed (`_pending.settle`), and
+    """``values`` with the pending results they read computed (`_chain_readers.settle`), and
     chains written first unless ``op`` reads them as they are."""
     settle(values)
     if getattr(op, "reads_through", False):

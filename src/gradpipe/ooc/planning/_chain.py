@@ -94,7 +94,7 @@ class ChainFile:
     """
 
     is_scratch = True
-    is_chain_file = True  # `_chain_read.is_fused`, `_chain_graph.is_chain_file`
+    is_chain_file = True  # `_chain_graph.is_chain_file`
     #: the tile side each axis asks to be a multiple of (`_grain`), or None for none
     grain: tuple[int, ...] | None = None
 

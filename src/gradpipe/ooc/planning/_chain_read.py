@@ -18,18 +18,14 @@ import numpy as np
 
 from ..storage._file_map import is_view, release
 from ..storage._paged_file import PagedFile, Region
+from ._chain_graph import is_chain_file
 
-__all__ = ["Evaluation", "current_region", "is_fused", "pieces_of", "region_key"]
+__all__ = ["Evaluation", "current_region", "pieces_of", "region_key"]
 
 
 def region_key(region: Region | None) -> tuple[tuple[int, int], ...] | None:
     """A hashable form of ``region`` (None for a 0-d value)."""
     return None if region is None else tuple((s.start, s.stop) for s in region)
-
-
-def is_fused(f: Any) -> bool:
-    """Whether ``f`` is a `ChainFile` (computed from its inputs when read, unless stored)."""
-    return getattr(f, "is_chain_file", False)
 
 
 _current = threading.local()
@@ -75,7 +71,7 @@ class Evaluation:
     def _prefetch(self, src: Any, region: Region | None, seen: set[tuple[int, Any]]) -> None:
         if isinstance(src, np.ndarray) or _is_empty(region):
             return
-        if is_fused(src) and src.stored is None and src.node is not None:
+        if is_chain_file(src) and src.stored is None and src.node is not None:
             node = src.node
             key = (id(node), region_key(region))
             if key in seen:
@@ -84,7 +80,7 @@ class Evaluation:
             for s, r in zip(node.sources, node.regions(region)):
                 self._prefetch(s, r, seen)
             return
-        f = src.stored if is_fused(src) else src
+        f = src.stored if is_chain_file(src) else src
         if not f.shape or not getattr(f, "on_disk", True):
             return  # 0-d values and constants are made where they are needed
         assert region is not None  # (only 0-d sources are read over no region)
@@ -113,7 +109,7 @@ class Evaluation:
             # emptiness, which one of size-1 axes cannot (an empty unit axis maps
             # to no input axis)
             return np.empty(tuple(max(0, s.stop - s.start) for s in region), src.dtype)
-        if is_fused(src):
+        if is_chain_file(src):
             node = src.node
             if src.stored is not None or node is None:
                 return self._stored(src.stored, region)

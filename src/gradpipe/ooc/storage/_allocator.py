@@ -10,7 +10,7 @@ mmap that goes back to the system when freed. Other allocations are unaffected.
 Fixing the mmap threshold also fixes the trim threshold at its default, 128 KiB:
 each time the top of a heap has that much free, it is handed back, and the next
 allocation faults its pages in again. Fused chains allocate many blocks of a few
-hundred KiB (their pieces, `_chain.SUB_BYTES`); the trim threshold is therefore
+hundred KiB (their pieces, `_chain_stats.SUB_BYTES`); the trim threshold is therefore
 raised to 8 MiB, which bounds what each heap keeps.
 """
 

@@ -1,7 +1,7 @@
 """What a killed process leaves on disk, and how the next one clears it away.
 
 A process writes scratch files into its own directory and every named file under a
-temporary ``.partial-`` name first (`_storage`). Ctrl-C, an exception or a normal
+temporary ``.partial-`` name first (`_paged_file`). Ctrl-C, an exception or a normal
 exit removes both; SIGKILL cannot be caught, so a killed process leaves them
 behind. Each such name carries its owner: the process id and the process's start
 time (``gradpipe-ooc-<pid>-<start>-…`` and ``<name>.partial-<pid>-<start>-…``), and

@@ -86,7 +86,7 @@ class PickedRows(InPlaceFile):
     pickles_by_location = False
     writable = False
     whole_chunks = False
-    #: a read holds the rows it fetched and the region it makes of them (`_chain._Stats`)
+    #: a read holds the rows it fetched and the region it makes of them (`_chain_stats.Stats`)
     buffers = 2
 
     def __init__(self, source: RowSource, axis: int, index: np.ndarray) -> None:
