@@ -20,9 +20,9 @@ from .arrays._array import DiskArray
 from .arrays._array_files import _new_file, _row_chunks
 from .planning._budget import MemoryBudget, format_bytes, get_budget
 from .planning._chain import is_chain
-from .storage._debris import sweep_partials
+from .storage._debris import partial_name, sweep_partials
 from .storage._file_ops import fsync_dir
-from .storage._paged_file import Region, partial_name
+from .storage._paged_file import Region
 from .storage._zarr_file import ZarrFile, resolve_store, zarr_file, zarr_module
 
 if TYPE_CHECKING:

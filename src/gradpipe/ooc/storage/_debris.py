@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import threading
+import uuid
 from pathlib import Path
 from types import FrameType
 
@@ -137,3 +138,8 @@ def install_sigterm_cleanup() -> bool:
     signal.signal(signal.SIGTERM, on_sigterm)
     _installed[0] = True
     return True
+
+
+def partial_name(final: str) -> str:
+    """The temporary name ``final`` is written under: its owner process, then random."""
+    return f"{final}.partial-{owner_tag()}-{uuid.uuid4().hex[:8]}"

@@ -25,20 +25,25 @@ import contextlib
 import errno
 import math
 import os
+import threading
 import uuid
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ._debris import install_sigterm_cleanup, owner_tag, sweep_partials
+from . import _named_handles as named
+from ._debris import install_sigterm_cleanup, partial_name, sweep_partials
 from ._file_map import FileMap
 from ._file_ops import allocate, close_and_unlink, fsync_dir, unlink_quietly
 from ._header import FORMAT_VERSION, HEADER_BYTES, decode_header, encode_header
 from ._iostats import record_read, record_write
+from ._named_handles import NamedHandle
 from ._page_layout import PageLayout, Region, page_grid
 from ._pieces import pread_all, pwrite_all, read_pieces, write_pieces
+from ._rewriting import rewriting
 from ._scratch import get_scratch_dir
 
 __all__ = ["FORMAT_VERSION", "PagedFile", "Region", "partial_name"]
@@ -48,7 +53,7 @@ SUFFIX = ".gpa"
 _STAGING_BYTES = 8 * 2**20  # the most `write` copies at once to make data contiguous
 
 
-class PagedFile(PageLayout):
+class PagedFile(PageLayout, NamedHandle):
     """One paged array file, opened for reading and writing at page granularity.
 
     Create with `PagedFile.create` (a new, zero-filled, not yet visible file) or
@@ -74,12 +79,15 @@ class PagedFile(PageLayout):
         self.page_shape = tuple(int(p) for p in page_shape)
         self.grid = page_grid(self.shape, self.page_shape)
         self.page_bytes = math.prod(self.page_shape) * self.dtype.itemsize
-        self._fd = fd
+        self._own_fd = fd
         self._final_path = final_path  # where `commit` renames to; None once visible
         self.writable = True
         self.on_disk = True  # False for a file held in memory: its I/O is not counted
         self._map: FileMap | None = None
         self._finalizer = weakref.finalize(self, close_and_unlink, fd, path, False)
+        self._key: str | None = None  # a named file's key in `_named_handles`
+        self._generation = 0
+        self._follow_lock = threading.Lock()
 
     # -- construction ------------------------------------------------------
 
@@ -192,77 +200,41 @@ class PagedFile(PageLayout):
         f.writable = writable
         f._finalizer.detach()
         f._finalizer = weakref.finalize(f, close_and_unlink, fd, path, True)
+        f._register()
         return f
 
     def commit(self) -> PagedFile:
         """Make the file visible under its final name (atomic rename)."""
         if self._final_path is None:
             return self
-        if not self.is_scratch:
-            os.fsync(self._fd)
-        os.replace(self.path, self._final_path)
-        if not self.is_scratch:
+        if self.is_scratch:
+            os.replace(self.path, self._final_path)
+        else:  # a named file: its other handles follow (`_named_handles`)
+            key = named.key_of(self._final_path)
+            named.before_replace(self, key)
+            os.fsync(self._own_fd)
+            try:
+                os.replace(self.path, self._final_path)
+            finally:
+                self._generation = named.replaced(key)
             fsync_dir(self._final_path)
         self.path = self._final_path
         self._final_path = None
-        self._finalizer.detach()
-        keep = not self.is_scratch
-        self._finalizer = weakref.finalize(self, close_and_unlink, self._fd, self.path, keep)
+        self._adopt(self._own_fd, keep=not self.is_scratch)
+        if not self.is_scratch:
+            self._register()
         return self
 
-    @contextlib.contextmanager
-    def rewriting(self) -> Iterator[PagedFile]:
-        """Overwrite every element of a named file atomically: entirely old or new.
-
-        Inside the block, writes go to a shadow copy (a ``.partial-`` file next to
-        this one, not filled from it: the block must write every element); at the
-        end the shadow is synced and renamed over the file, so a process killed
-        at any point leaves the file as it was before or as it is after, never
-        half of each. An exception discards the shadow. Scratch files and files not
-        yet committed are written in place (nobody can open them after a kill).
-        Other `PagedFile` objects opened on the same path keep reading the old
-        contents until they are opened again.
-        """
-        if self.is_scratch or self._final_path is not None:
-            yield self
-            return
-        target = os.path.realpath(self.path)  # replace a symlink's target, not the link
-        shadow = partial_name(target)
-        install_sigterm_cleanup()
-        try:
-            fd = os.open(shadow, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        except PermissionError as e:
-            raise PermissionError(
-                e.errno,
-                f"Overwriting {self.path!r} needs a temporary file next to it (so that it "
-                f"is replaced atomically), but {os.path.dirname(target)!r} is not "
-                "writable. Make the directory writable, or save a copy elsewhere.",
-            ) from None
-        old_fd = self._fd
-        try:
-            os.fchmod(fd, os.fstat(old_fd).st_mode & 0o7777)
-            size = HEADER_BYTES + math.prod(self.grid) * self.page_bytes
-            allocate(fd, size, shadow)
-            os.pwrite(fd, encode_header(self.shape, self.dtype, self.page_shape), 0)
-            self._fd = fd
-            yield self
-            os.fsync(fd)
-            os.replace(shadow, target)
-            fsync_dir(target)
-        except BaseException:
-            self._fd = old_fd
-            close_and_unlink(fd, shadow, False)
-            raise
-        self._finalizer.detach()
-        with contextlib.suppress(OSError):
-            os.close(old_fd)
-        self._finalizer = weakref.finalize(self, close_and_unlink, fd, self.path, True)
+    def rewriting(self) -> AbstractContextManager[PagedFile]:
+        """Overwrite every element of a named file atomically: entirely old or new
+        (see `_rewriting.rewriting`)."""
+        return rewriting(self)
 
     def discard(self) -> None:
         """Close and remove the file now (used when a write fails part-way)."""
         self._map = None
         self._finalizer.detach()
-        close_and_unlink(self._fd, self.path, keep=not self.on_disk)  # in memory: no name
+        close_and_unlink(self._own_fd, self.path, keep=not self.on_disk)  # in memory: no name
 
     @property
     def is_scratch(self) -> bool:
@@ -330,9 +302,10 @@ class PagedFile(PageLayout):
             if not self._is_whole_page(region, first):
                 return None
             offset = self._page_offset(first)
-        if self._map is None or self._map.fd != self._fd:
+        fd = self._fd  # first: following a replaced name drops the map
+        if self._map is None:
             try:
-                self._map = FileMap(self._fd, HEADER_BYTES + math.prod(self.grid) * self.page_bytes)
+                self._map = FileMap(fd, HEADER_BYTES + math.prod(self.grid) * self.page_bytes)
             except (OSError, ValueError):  # a file system without shared maps
                 return None
         block = self._map.view(offset, shape, self.dtype)
@@ -391,8 +364,3 @@ class PagedFile(PageLayout):
             f"PagedFile({self.path!r}, shape={self.shape}, dtype={self.dtype}, "
             f"page_shape={self.page_shape})"
         )
-
-
-def partial_name(final: str) -> str:
-    """The temporary name ``final`` is written under: its owner process, then random."""
-    return f"{final}.partial-{owner_tag()}-{uuid.uuid4().hex[:8]}"
