@@ -146,3 +146,21 @@ def test_case3_an_interrupt_before_the_rename_leaves_the_old_data(named, data, m
 
 def _raise_keyboard_interrupt(*args):
     raise KeyboardInterrupt
+
+
+def test_a_lazy_result_of_a_second_zarr_handle_keeps_its_values(tmp_path, data):
+    zarr = pytest.importorskip("zarr")
+    store = str(tmp_path / "x.zarr")
+    z = zarr.open(store, mode="w", shape=data.shape, chunks=(50, 40), dtype="f4")
+    z[...] = data
+    with ooc.MemoryBudget("1MiB"):
+        writer = ooc.open_zarr(store, mode="r+")
+        reader = ooc.open_zarr(store)
+        fused, waiting = reader * 2.0, ooc.sum(reader, axis=0)
+        ooc.update_(writer, 1.0)
+        np.testing.assert_allclose(fused.to_numpy(), data * 2.0)
+        np.testing.assert_allclose(waiting.to_numpy(), data.sum(0), rtol=1e-5)
+        fused = reader * 2.0
+        writer[:5] = 3.0
+        np.testing.assert_array_equal(fused.to_numpy(), np.full(data.shape, 2.0))
+        np.testing.assert_array_equal(reader.to_numpy()[:6, 0], [3, 3, 3, 3, 3, 1])

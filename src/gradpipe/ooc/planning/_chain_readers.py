@@ -84,8 +84,28 @@ def settle(values: Iterable[Any]) -> None:
 
 def settle_readers(f: Any, driver: Storer) -> None:
     """Write every live chain that reads ``f`` before ``f`` is written in place (so
-    the chain keeps the values it was made from); ``f`` may be a stored chain."""
-    for source in (f, getattr(f, "stored", None)):
-        if source is not None:
-            for chain in readers_of(source):
-                chain.store(driver)
+    the chain keeps the values it was made from); ``f`` may be a stored chain. The
+    chains of every other handle of the same array (two `DiskArray.open` of one
+    path, two `open_zarr` of one store) are written too: they read what ``f``'s
+    write changes."""
+    sources = [s for s in (f, getattr(f, "stored", None)) if s is not None]
+    for source in sources + _other_handles(sources):
+        for chain in readers_of(source):
+            chain.store(driver)
+
+
+def _identity(x: Any) -> Any:
+    """What names the array ``x`` is a handle of (the class's ``identity``
+    property), or None. Read off the class: a waiting result asked for an
+    attribute it lacks would compute itself."""
+    prop = getattr(type(x), "identity", None)
+    return prop.__get__(x) if isinstance(prop, property) else None
+
+
+def _other_handles(sources: list[Any]) -> list[Any]:
+    names = {i for i in map(_identity, sources) if i is not None}
+    if not names:
+        return []
+    with _readers_lock:
+        watched = list(_readers.keys())
+    return [k for k in watched if _identity(k) in names and all(k is not s for s in sources)]

@@ -237,6 +237,11 @@ class PagedFile(PageLayout, NamedHandle):
         close_and_unlink(self._own_fd, self.path, keep=not self.on_disk)  # in memory: no name
 
     @property
+    def identity(self) -> str | None:
+        """What names this file for every handle of it (None: a scratch file)."""
+        return self._key
+
+    @property
     def is_scratch(self) -> bool:
         return getattr(self, "_scratch", False)
 

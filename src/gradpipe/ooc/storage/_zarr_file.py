@@ -197,6 +197,11 @@ class ZarrFile(InPlaceFile):
         if done:
             self._put(box, entry[0])
 
+    @property
+    def identity(self) -> str:
+        """What names this array for every handle of it (`planning._chain_readers`)."""
+        return self.path if "://" in self.path else os.path.realpath(self.path)
+
     @contextlib.contextmanager
     def rewriting(self) -> Iterator[ZarrFile]:
         """Overwrite the array inside the block, each chunk written once, whole.
