@@ -164,3 +164,27 @@ def test_a_lazy_result_of_a_second_zarr_handle_keeps_its_values(tmp_path, data):
         writer[:5] = 3.0
         np.testing.assert_array_equal(fused.to_numpy(), np.full(data.shape, 2.0))
         np.testing.assert_array_equal(reader.to_numpy()[:6, 0], [3, 3, 3, 3, 3, 1])
+
+
+@pytest.mark.parametrize("source", ["a lazy result of it", "the array itself", "a chain over it"])
+def test_to_zarr_over_an_open_zarr_array_keeps_what_was_read(tmp_path, data, source):
+    """Writing a zarr array over one that DiskArrays read: what they read lazily
+    keeps its values, and a source that reads the target is read before it is
+    overwritten."""
+    zarr = pytest.importorskip("zarr")
+    store = str(tmp_path / "x.zarr")
+    z = zarr.open(store, mode="w", shape=data.shape, chunks=(50, 40), dtype="f4")
+    z[...] = data
+    with ooc.MemoryBudget("1MiB"):
+        reader = ooc.open_zarr(store)
+        lazy, waiting = reader * 2.0, ooc.sum(reader, axis=0)
+        if source == "a lazy result of it":
+            written, expected = ooc.zeros_like(reader), np.zeros_like(data)
+        elif source == "the array itself":
+            written, expected = reader, data
+        else:
+            written, expected = (reader * 2.0) + 1.0, data * 2.0 + 1.0
+        ooc.to_zarr(written, store, mode="w")
+        np.testing.assert_allclose(zarr.open(store, mode="r")[...], expected)
+        np.testing.assert_allclose(lazy.to_numpy(), data * 2.0)
+        np.testing.assert_allclose(waiting.to_numpy(), data.sum(0), rtol=1e-5)

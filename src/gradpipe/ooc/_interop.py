@@ -18,8 +18,10 @@ import numpy as np
 
 from .arrays._array import DiskArray
 from .arrays._array_files import _new_file, _row_chunks
+from .execution._driver import Driver
 from .planning._budget import MemoryBudget, format_bytes, get_budget
 from .planning._chain import is_chain
+from .planning._chain_readers import identity, settle_name
 from .storage._debris import partial_name, sweep_partials
 from .storage._file_ops import fsync_dir
 from .storage._paged_file import Region
@@ -147,7 +149,9 @@ def to_zarr(
     src = x._concrete_file("to_zarr")
     if mode not in ("w", "w-"):
         raise ValueError(f"to_zarr: mode must be 'w' (replace) or 'w-' (new only), got {mode!r}.")
-    opened, _ = resolve_store(store, mode="w", storage_options=storage_options)
+    opened, root = resolve_store(store, mode="w", storage_options=storage_options)
+    b = get_budget(budget)
+    src = _apart_from(x, src, ZarrFile.name_of(root, path), b)
     if chunks is None:
         chunks = tuple(src.page_shape) if x.shape else ()
     z = zarr.create_array(
@@ -160,7 +164,6 @@ def to_zarr(
         **create_options,
     )
     out = ZarrFile(z, "to_zarr")
-    b = get_budget(budget)
     if is_chain(src):
         src.fit_budget(b.nbytes)
     if 0 in x.shape:
@@ -173,6 +176,19 @@ def to_zarr(
     for region in _regions(x.shape, tile):
         out.write(region, src.read(region))
     return z
+
+
+def _apart_from(x: DiskArray, src: Any, name: str, budget: MemoryBudget) -> Any:
+    """``x``'s file, not reading the array about to be written at ``name``: what reads
+    an array of that name lazily (``x`` itself among them) is computed first, and an
+    ``x`` that is that array is copied to scratch first (else writing would change
+    what is being read)."""
+    settle_name(name, Driver(budget, "to_zarr"))
+    if is_chain(src):
+        return src
+    if identity(src) == name or identity(getattr(src, "stored", None)) == name:
+        return x._copy(None, "to_zarr")._concrete_file("to_zarr")
+    return src
 
 
 def _read_bytes(src: Any) -> float:

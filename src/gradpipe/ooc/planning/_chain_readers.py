@@ -19,7 +19,17 @@ import numpy as np
 
 from ._chain_graph import leaves
 
-__all__ = ["Reader", "Storer", "readers_of", "settle", "settle_readers", "unwatch", "watch"]
+__all__ = [
+    "Reader",
+    "Storer",
+    "identity",
+    "readers_of",
+    "settle",
+    "settle_name",
+    "settle_readers",
+    "unwatch",
+    "watch",
+]
 
 
 class Reader(Protocol):
@@ -94,7 +104,18 @@ def settle_readers(f: Any, driver: Storer) -> None:
             chain.store(driver)
 
 
-def _identity(x: Any) -> Any:
+def settle_name(name: Any, driver: Storer) -> None:
+    """Write every live chain that reads an array named ``name`` (an `identity`), as
+    `settle_readers` does, before something new is written under that name."""
+    with _readers_lock:
+        watched = list(_readers.keys())
+    for source in watched:
+        if identity(source) == name:
+            for chain in readers_of(source):
+                chain.store(driver)
+
+
+def identity(x: Any) -> Any:
     """What names the array ``x`` is a handle of (the class's ``identity``
     property), or None. Read off the class: a waiting result asked for an
     attribute it lacks would compute itself."""
@@ -103,9 +124,9 @@ def _identity(x: Any) -> Any:
 
 
 def _other_handles(sources: list[Any]) -> list[Any]:
-    names = {i for i in map(_identity, sources) if i is not None}
+    names = {i for i in map(identity, sources) if i is not None}
     if not names:
         return []
     with _readers_lock:
         watched = list(_readers.keys())
-    return [k for k in watched if _identity(k) in names and all(k is not s for s in sources)]
+    return [k for k in watched if identity(k) in names and all(k is not s for s in sources)]

@@ -200,7 +200,13 @@ class ZarrFile(InPlaceFile):
     @property
     def identity(self) -> str:
         """What names this array for every handle of it (`planning._chain_readers`)."""
-        return self.path if "://" in self.path else os.path.realpath(self.path)
+        return self.path if _is_url(self.path) else os.path.realpath(self.path)
+
+    @staticmethod
+    def name_of(root: str, path: str | None) -> str:
+        """The `identity` of the array at ``path`` in the store at ``root``."""
+        where = _join(root, path)
+        return where if _is_url(where) else os.path.realpath(where)
 
     @contextlib.contextmanager
     def rewriting(self) -> Iterator[ZarrFile]:
