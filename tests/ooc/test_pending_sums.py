@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
+from gradpipe.ooc.execution import _held_results
 from gradpipe.ooc.execution._pending import is_pending
 
 BUDGET = 2 * 2**20
@@ -230,3 +231,129 @@ def test_many_sums_of_the_same_data_join_only_as_many_as_memory_holds(data):
         got = [s.to_numpy() for s in sums]
     for k, g in enumerate(got):
         np.testing.assert_allclose(g, k * clean.sum(2), rtol=1e-5, atol=1e-3)
+
+
+# ---------------------------------------------------------------- a write into what a sum reads
+
+
+@pytest.fixture
+def table(rng):
+    """The issue's set-up: float32 data of 400 KiB under a 1 MiB budget."""
+    return rng.standard_normal((400, 256)).astype(np.float32)
+
+
+def test_a_write_into_a_fused_result_computes_its_waiting_sum_first(table):
+    with ooc.MemoryBudget(2**20):
+        c = ooc.DiskArray.from_numpy(table) * 2.0
+        s = ooc.sum(c, axis=0)
+        assert pending(s)
+        c[...] = 0.0  # stores c, then changes the stored copy: none of the files under c
+        np.testing.assert_allclose(s.to_numpy(), (2 * table).sum(0), rtol=1e-5, atol=1e-4)
+        assert float(c[3, 4]) == 0.0
+
+
+def test_update_of_a_fused_result_computes_its_waiting_sum_first(table):
+    with ooc.MemoryBudget(2**20):
+        c = ooc.DiskArray.from_numpy(table) * 2.0
+        s = ooc.sum(c, axis=0)
+        ooc.update_(c, 1.0)
+        np.testing.assert_allclose(s.to_numpy(), (2 * table).sum(0), rtol=1e-5, atol=1e-4)
+
+
+def test_a_write_into_a_slice_computes_its_waiting_sum_first(table):
+    with ooc.MemoryBudget(2**20):
+        x = ooc.DiskArray.from_numpy(table)
+        c = x[100:300]
+        s = ooc.sum(c, axis=0)
+        c[:50] = -4.0
+        np.testing.assert_allclose(s.to_numpy(), table[100:300].sum(0), rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(x.to_numpy(), table)  # a slice written is a copy
+
+
+def test_a_fused_result_written_under_jit_or_through_a_mask_keeps_its_sums(table):
+    """The other ways into a fused result: ``update_`` inside a compiled call, a
+    boolean mask, a transpose's row; and sums joined over ``c`` and its data."""
+    want = (2 * table).sum(0)
+    with ooc.MemoryBudget(2**20):
+        x = ooc.DiskArray.from_numpy(table)
+        c = x * 2.0
+        s = ooc.sum(c, axis=0)
+        jax.jit(lambda c: ooc.update_(c, c * 0.0))(c)
+        np.testing.assert_allclose(s.to_numpy(), want, rtol=1e-5, atol=1e-4)
+
+        c = x * 2.0
+        s, alone = ooc.sum(c, axis=0), ooc.sum(x, axis=0)  # would be joined
+        c[c > 0] = 0.0
+        np.testing.assert_allclose(s.to_numpy(), want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(alone.to_numpy(), table.sum(0), rtol=1e-5, atol=1e-4)
+
+        t = x.T
+        s = ooc.sum(t, axis=1)
+        t[0] = 7.0
+        np.testing.assert_allclose(s.to_numpy(), table.sum(0), rtol=1e-5, atol=1e-4)
+
+
+def test_a_stored_fused_result_written_later_keeps_its_sums(table):
+    with ooc.MemoryBudget(2**20):
+        c = ooc.DiskArray.from_numpy(table) * 2.0
+        s = ooc.sum(c, axis=0)
+        ooc.persist(c)  # stored after the sum was asked for
+        c[...] = 0.0
+        np.testing.assert_allclose(s.to_numpy(), (2 * table).sum(0), rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------- joined sums, alone
+
+
+def test_joined_sums_hold_at_most_an_eighth_of_the_budget_in_memory(rng):
+    """Twelve waiting sums of a 32nd of the budget each: the results held in memory
+    stay within the 8th of the budget they may take together; the rest go to disk."""
+    data = rng.standard_normal((64, 8192)).astype(np.float32)
+    budget = 2**20
+    with ooc.MemoryBudget(budget):
+        x = ooc.DiskArray.from_numpy(data)
+        gc.collect()
+        before = _held_results.held_bytes()
+        sums = [ooc.sum(x * float(k), axis=0) for k in range(12)]
+        assert sums[0].nbytes == budget // 32 and all(pending(s) for s in sums)
+        got = [s.to_numpy() for s in sums]
+        assert _held_results.held_bytes() - before <= budget // 8
+    for k, g in enumerate(got):
+        np.testing.assert_allclose(g, k * data.sum(0), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x64-off", "x64-on"])
+def test_a_mean_of_booleans_joined_with_a_float32_mean_is_what_it_is_alone(table, x64):
+    """The float64 mean of a mask is divided in float64, not in the float32 the
+    joined pass sums in: exact, as alone."""
+    with jax.enable_x64(x64), ooc.MemoryBudget(2**20):
+        x = ooc.DiskArray.from_numpy(table)
+        share, mean = ooc.mean(x > 0, axis=0), ooc.mean(x, axis=0)
+        got_share = share.to_numpy()
+        assert not pending(mean)  # joined
+        got_mean = mean.to_numpy()
+        alone = ooc.mean(x > 0, axis=0).to_numpy()
+    assert got_share.dtype == alone.dtype == (table > 0).mean(0).dtype
+    np.testing.assert_array_equal(got_share, alone)
+    np.testing.assert_array_equal(got_share, (table > 0).mean(0))
+    np.testing.assert_allclose(got_mean, table.mean(0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x64-off", "x64-on"])
+def test_sums_of_integers_join_and_are_exact(table, x64):
+    """Integers of up to 32 bits join a float sum's pass (in float64 where float32
+    would round their partial sums): their sums and means are exact, as alone."""
+    ints = (table * 1e6).astype(np.int32)  # sums up to 2**31 * 400: not exact in float32
+    with jax.enable_x64(x64), ooc.MemoryBudget(2**20):
+        n = ooc.DiskArray.from_numpy(ints)
+        s, m, f = ooc.sum(n, axis=0), ooc.mean(n, axis=0), ooc.sum(n * 0.5, axis=0)
+        got = [s.to_numpy()]
+        assert not pending(m) and not pending(f)  # one pass
+        got += [m.to_numpy(), f.to_numpy()]
+        alone = [ooc.sum(n, axis=0).to_numpy(), ooc.mean(n, axis=0).to_numpy()]
+        as_jax = jnp.sum(jnp.asarray(ints), axis=0).dtype
+    assert got[0].dtype == alone[0].dtype == as_jax
+    np.testing.assert_array_equal(got[0], alone[0])
+    np.testing.assert_array_equal(got[1], alone[1])
+    np.testing.assert_array_equal(got[1], ints.mean(0))
+    np.testing.assert_allclose(got[2], 0.5 * ints.astype(np.float64).sum(0), rtol=1e-6)

@@ -14,18 +14,28 @@ sum with the weights, say), so that the pass waits until something outside reads
 value: a `.compute()`, a larger pass, a 0-d result. Every pass resolves the pending
 results it reads before it starts (`_chain_readers.settle`), so a pass never runs inside another.
 
-Sums are joined only where one pass gives each at least what its own would: sums
-of float32 or float64 data into their own dtype and counts of booleans, summed
-together in the widest of those floats and each converted back to its own dtype,
-with fewer terms per sum than that float holds integers exactly (so counts stay
-exact). The joined pass plans its own tiles, and a float32 sum joined with a
-float64 one is summed in float64: a sum may differ from the same sum computed
-alone in the last bits, as a sum under another budget does.
+A write into what a pending result reads computes it first (`_chain_readers.settle_readers`):
+it watches the files under each array it reads and the array itself, since a fused
+result or a view (``c = X * 2``, ``X[100:300]``) is written by storing it and then
+changing the stored copy, which is none of the files under it.
+
+Sums are joined only where one pass gives each what its own would (`_float_needed`):
+all run in one float, float32 or float64, the widest they need. A sum of booleans
+or of integers of up to 32 bits joins when every partial sum is an exact integer
+in that float: it is then the exact sum, as alone, whatever the tiles. A float sum
+joins in its accumulator's float or a wider one. Each result is finished as its own
+pass would finish it, in its own dtype (a mean's division, an integer's wrap-around),
+so counts, integer sums and their means equal the same results computed alone, bit
+for bit. The joined pass plans its own tiles: a float sum may differ from the same
+sum alone in the last bits of its dtype, as a sum under another budget does (and
+a float32 sum joined with a float64 one is summed in float64). A joined result is
+held in memory only within the share of the budget held results take together
+(`_held_results`); past it, it goes to a scratch file.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import math
 import threading
 import weakref
@@ -44,15 +54,13 @@ from ..planning._chain_readers import settle, watch
 from ..storage._paged_file import PagedFile, Region
 from ._driver import Driver
 from ._executor import current_executor
-from ._held_results import SMALL_SHARE, TOTAL_SHARE, track
+from ._held_results import SMALL_SHARE, TOTAL_SHARE, hold_in_memory, track
 
 __all__ = ["PendingResult", "deferred", "is_pending"]
 
 _live: weakref.WeakSet[PendingResult] = weakref.WeakSet()  # pending sums that others may join
 _lock = threading.RLock()
-
-#: The floats a joined pass sums in, and how many terms each holds counts exactly.
-_EXACT_TERMS = {np.dtype(np.float32): 2**24, np.dtype(np.float64): 2**53}
+_made = itertools.count()  # the order pending results were made in (joiners: oldest first)
 
 
 def is_pending(f: Any) -> bool:
@@ -106,6 +114,7 @@ class PendingResult:
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.page_shape = tuple(page_shape)
+        self._order = next(_made)
         if joint is not None:
             _live.add(self)
 
@@ -159,6 +168,10 @@ class PendingResult:
 
 # ---------------------------------------------------------------- joined sums
 
+#: The floats a joined pass sums in, each with the largest integer up to which every
+#: integer is exact in it.
+_EXACT: dict[np.dtype, int] = {np.dtype(np.float32): 2**24, np.dtype(np.float64): 2**53}
+
 
 def _joint(p: PendingResult) -> tuple[Any, Any, MemoryBudget]:
     """``p``'s sum as ``(op, source, budget)`` (a pending sum others may join)."""
@@ -166,44 +179,62 @@ def _joint(p: PendingResult) -> tuple[Any, Any, MemoryBudget]:
     return p.joint
 
 
-def _float_of(batch: Sequence[PendingResult]) -> np.dtype | None:
-    """The float dtype a joined pass of ``batch``'s sums runs in (the widest of their
-    floats), or None."""
-    floats = {np.dtype(_joint(p)[1].dtype) for p in batch} - {np.dtype(bool)}
-    if not floats or not floats <= set(_EXACT_TERMS):
+def _dtypes(p: PendingResult) -> tuple[np.dtype, np.dtype, np.dtype]:
+    """The dtypes of ``p``'s sum: its data's, its accumulator's and its result's."""
+    op, src, _ = _joint(p)
+    dx = np.dtype(src.dtype)
+    return dx, np.dtype(op.accumulator_dtype(dx)), np.dtype(op.output_dtype(dx))
+
+
+def _float_needed(p: PendingResult) -> np.dtype | None:
+    """The narrowest float a joined pass may sum ``p`` in and still give it what its
+    own pass would, or None where none does (complex, 64-bit integers, ...).
+
+    A sum of floats needs its accumulator's float (a wider one is only closer to
+    the exact sum). A sum of booleans or of integers of up to 32 bits needs a float
+    in which every partial sum is an exact integer: then the pass gives the exact
+    sum whatever its tiles, as the sum alone does (an integer result wraps as it
+    would alone), and a mean of them divides it in its own dtype.
+    """
+    op, src, _ = _joint(p)
+    dx, acc, out = _dtypes(p)
+    if dx.kind == "f":
+        return acc if acc in _EXACT and out.kind == "f" else None
+    if dx.kind not in "biu" or dx.itemsize > 4 or acc.kind not in "iuf" or out.kind not in "iuf":
         return None
-    return np.result_type(*floats)
+    largest = 1 if dx.kind == "b" else max(-int(np.iinfo(dx).min), int(np.iinfo(dx).max))
+    bound = math.prod(src.shape[a] for a in op.axes) * largest
+    return next((f for f, exact in _EXACT.items() if bound <= exact), None)
+
+
+def _float_of(batch: Sequence[PendingResult]) -> np.dtype:
+    """The float a joined pass of ``batch``'s sums runs in: the widest they need."""
+    needed = [_float_needed(p) for p in batch]
+    assert all(f is not None for f in needed)  # (`_can_join` joins only such sums)
+    return max(cast(list[np.dtype], needed), key=lambda f: f.itemsize)
 
 
 def _can_join(a: PendingResult, b: PendingResult) -> bool:
     (op_a, src_a, _), (op_b, src_b, _) = _joint(a), _joint(b)
-    if type(op_a) is not type(op_b) or (op_a.axes, op_a.keepdims) != (op_b.axes, op_b.keepdims):
+    if (op_a.axes, op_a.keepdims) != (op_b.axes, op_b.keepdims):
         return False
-    if tuple(src_a.shape) != tuple(src_b.shape) or _float_of([a, b]) is None:
+    if tuple(src_a.shape) != tuple(src_b.shape) or _float_needed(b) is None:
         return False
-
     mine = {id(f) for f in leaves(src_a) if getattr(f, "on_disk", True)}
     return any(id(f) in mine for f in leaves(src_b))
 
 
 def _joiners(p: PendingResult) -> list[PendingResult]:
-    """The live pending sums that can share ``p``'s pass."""
-    joiners = [q for q in list(_live) if q is not p and q._file is None and _can_join(p, q)]
+    """The live pending sums that can share ``p``'s pass, oldest first."""
+    if _float_needed(p) is None:
+        return []
+    live = sorted(_live, key=lambda q: q._order)
+    joiners = [q for q in live if q is not p and q._file is None and _can_join(p, q)]
     if not joiners:
         return []
+    # the joined result is held whole while each sum takes its slot: at most the
+    # share of the budget that all results held in memory may take together
     f = _float_of([p, *joiners])
-    op, src, _ = _joint(p)
-    terms = math.prod(src.shape[a] for a in op.axes)
-    if f is None or terms >= _EXACT_TERMS[f]:
-        return []
-    for q in [p, *joiners]:  # each sum at least as precise as alone, in its own dtype
-        src = np.dtype(_joint(q)[1].dtype)
-        dt = np.dtype(_joint(q)[0].output_dtype(src))
-        if src != np.dtype(bool) and (dt.kind != "f" or dt.itemsize > f.itemsize):
-            return []
-    # the joined result is held whole: at most the share of the budget that all
-    # results held in memory may take together
-
     room = int(_joint(p)[2].nbytes * TOTAL_SHARE) // (math.prod(p.shape) * f.itemsize)
     return joiners[: max(room - 1, 0)]
 
@@ -211,10 +242,9 @@ def _joiners(p: PendingResult) -> list[PendingResult]:
 def _run_together(batch: list[PendingResult]) -> None:
     """One pass summing every source of ``batch``, each in its own slot of a new axis
     placed just before the summed ones (so each sum runs over contiguous values);
-    each pending result adopts its slot, in its own dtype."""
+    each pending result adopts its slot, finished in its own dtype (`_finished`)."""
 
     f = _float_of(batch)
-    assert f is not None  # (`_joiners` joins only sums with a float to share)
     op, first, budget = _joint(batch[0])
     sources = [_joint(p)[1] for p in batch]
     n, ndim = len(sources), len(first.shape)
@@ -239,16 +269,29 @@ def _run_together(batch: list[PendingResult]) -> None:
     stacked = ChainFile(node, 0, f, (*page[:at], n, *page[at:]), budget.nbytes)
     stacked.grain = (*(1,) * at, n, *(1,) * (ndim - at))  # tiles keep every slot (`_grain`)
     settle(sources)
-    joined = dataclasses.replace(op, axes=tuple(a + 1 for a in axes), dtype=f.str)
+    joined = op.joined_sum(tuple(a + 1 for a in axes), f)
     values = cast(ArrayFile, Driver(budget, op.name).forward(joined, [stacked])).read(None)
     for i, p in enumerate(batch):
-        q_op, src, _ = _joint(p)
-        dt = np.dtype(q_op.output_dtype(src.dtype))
-        out = PagedFile.create(p.shape, dt, p.page_shape, in_memory=True)
-        if not out.on_disk:
-            track(out)
-        out.write(None, np.ascontiguousarray(np.take(values, i, axis=at), dt))
-        p._adopt(out.commit())
+        p._adopt(_finished(p, np.take(values, i, axis=at)))
+
+
+def _finished(p: PendingResult, total: np.ndarray) -> Any:
+    """``p``'s result from its sum ``total`` (in the joined pass's float) as its own
+    pass would finish it: in its accumulator's dtype (an exact integer wrapping into
+    an integer one), then the sum's finishing step (a mean's division), then its
+    dtype. Held in memory only while the held results stay within their share."""
+    op, _, budget = _joint(p)
+    _, acc, out_dtype = _dtypes(p)
+    if acc.kind in "iu":
+        total = total.astype(np.int64).astype(acc)
+    with np.errstate(all="ignore"):
+        result = np.ascontiguousarray(op.finish(total.astype(acc)), out_dtype)
+    held = hold_in_memory(result.nbytes, budget)
+    out = PagedFile.create(p.shape, out_dtype, p.page_shape, in_memory=held)
+    if not out.on_disk:
+        track(out)
+    out.write(None, result)
+    return out.commit()
 
 
 # ---------------------------------------------------------------- what waits
@@ -281,7 +324,7 @@ def deferred(
         return None
     page = default_page_shape(shape, dtype.itemsize, budget)
     later = PendingResult(run, shape, dtype, page, (op, arrays[0], budget) if joins else None)
-    for v in arrays:  # a write into what it reads computes it first
-        for leaf in leaves(v):
-            watch(leaf, later)
+    for v in arrays:  # a write into what it reads computes it first: into the files
+        for f in (v, *leaves(v)):  # under ``v``, or into ``v`` (a fused result, stored)
+            watch(f, later)
     return later

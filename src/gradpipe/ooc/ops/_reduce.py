@@ -177,6 +177,13 @@ class Sum(Accumulation):
     def finish(self, acc: np.ndarray) -> np.ndarray:
         return self._scale(acc)
 
+    def joined_sum(self, axes: tuple[int, ...], dtype: DTypeLike) -> Sum:
+        """A plain sum over ``axes`` in ``dtype``, keeping dims as this one does, with
+        no finishing step: what a pass joining this sum with others runs, each then
+        finishing its own slot in its own dtype (`execution._pending`; a mean's
+        division in float32 would round a float64 mean)."""
+        return Sum(axes, self.keepdims, np.dtype(dtype).str)
+
     def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         g = self._scale(self._expand(g, x.ndim))
         return (to_primal_dtype(np.broadcast_to(g, x.shape), x.dtype).copy(),)
