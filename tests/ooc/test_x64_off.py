@@ -306,3 +306,148 @@ def test_the_first_rounding_in_a_process_warns_once(monkeypatch):
         with jax.enable_x64(True):
             ooc.sum(x)
     assert not [w for w in caught if issubclass(w.category, UserWarning)]
+
+
+# ---------------------------------------------------------------- JAX bounds and fill values
+
+
+INT_DATA = np.array([[-1, 0], [1, 2], [3, 4], [-1, 0], [1, 2], [3, 4]])  # int64, as NumPy gives
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_clip_of_ints_by_a_traced_float_bound_promotes_and_passes_its_gradient(jit):
+    """The bound was cast into the integers: (1.0, 0.0) where jax.numpy gives
+    (0.8333, 0.3333). Now the clipped ints are floats, on disk in NumPy's float64."""
+
+    def loss(xp, X, lo):
+        return xp.mean(xp.clip(X, lo, None))
+
+    def along(xp, X, lo):  # a reduction along an axis first (it crashed eagerly)
+        c = xp.clip(X, lo, None)
+        return xp.mean(xp.mean(c, axis=0)) + xp.mean(c)
+
+    lo = jnp.float32(-0.5)
+    with ooc.MemoryBudget(BUDGET):
+        X = disk(INT_DATA)
+        for fn in (loss, along):
+            grad = jax.value_and_grad(lambda lo, fn=fn: fn(ooc, X, lo))
+            got = (jax.jit(grad) if jit else grad)(lo)
+            want = jax.value_and_grad(lambda lo, fn=fn: fn(jnp, jnp.asarray(INT_DATA), lo))(lo)
+            assert [g.dtype for g in got] == [w.dtype for w in want] == [np.float32] * 2
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert np.asarray(want[1]) > 0
+        clipped = ooc.clip(X, lo, None)
+    assert clipped.dtype == np.float64  # NumPy's int64 with float32, on disk
+    np.testing.assert_array_equal(clipped.to_numpy(), np.clip(INT_DATA, np.float32(-0.5), None))
+
+
+def test_clip_promotes_its_bounds_as_numpy_does():
+    """A Python float bound was refused for int data; a float64 bound of float32 data
+    was rounded to float32. Results on disk have np.clip's dtype and values."""
+    ints = INT_DATA.astype(np.int32)
+    halves = np.linspace(-2, 2, 12, dtype=np.float32).reshape(6, 2)
+    bounds = np.full((1, 2), 0.3)  # float64
+    cases = [
+        (ints, 0.5, 3.5),  # float64: NumPy, jax.numpy and xarray promote
+        (ints, 0, 3.5),  # bounds of two kinds
+        (ints, -1, None),  # int bounds keep the ints
+        (INT_DATA.astype(np.uint8), -1, 300),  # out of range: clamped, as NumPy
+        (ints > 1, 0.5, None),  # bools too
+        (halves, bounds, None),  # a float64 array bound
+        (halves.astype(np.float16), np.float32(-0.25), 1),  # a strong NumPy scalar
+        (halves, -0.5, 0.7),  # a weak one keeps float32
+    ]
+    with ooc.MemoryBudget(BUDGET):
+        for data, lo, hi in cases:
+            want = np.clip(data, lo, hi)
+            got = ooc.clip(disk(data), disk(lo) if np.ndim(lo) else lo, hi)
+            assert got.dtype == want.dtype, (data.dtype, lo, hi)
+            np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_clip_at_ties_and_by_nan_bounds_is_jax_numpys(jit):
+    """A tie shared no gradient (x got it all) and a NaN bound was ignored; as
+    jnp.clip, each bound reached shares it equally, and NaN bounds give NaN."""
+    x = np.array([1.0, 2.0, 3.0, 2.0], np.float32)
+
+    def loss(xp, x, lo, hi):
+        return xp.sum(xp.clip(x, lo, hi) * xp.asarray([1.0, 2.0, 3.0, 4.0]))
+
+    grad = jax.grad(lambda x, lo, hi: loss(ooc, x, lo, hi), (0, 1, 2))
+    got = (jax.jit(grad) if jit else grad)(disk(x), jnp.float32(2.0), jnp.float32(2.0))
+    want = jax.grad(lambda x, lo, hi: loss(jnp, x, lo, hi), (0, 1, 2))(
+        jnp.asarray(x), jnp.float32(2.0), jnp.float32(2.0)
+    )
+    np.testing.assert_allclose(got[0].to_numpy(), want[0])
+    np.testing.assert_allclose(got[1:], want[1:])
+    nan = ooc.clip(disk(x), jnp.float32(np.nan), 2.5).to_numpy()
+    np.testing.assert_array_equal(nan, np.clip(x, np.nan, 2.5))
+    assert np.isnan(nan).all()
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_an_int_result_of_a_parameter_used_twice_passes_no_gradient(jit):
+    """``b = X > c`` read by two operations: its two float0 cotangents were added
+    (TypeError: Called add with a float0) in eager mode."""
+    data = np.linspace(-2, 2, 60, dtype=np.float32).reshape(20, 3)
+
+    def loss(xp, X, c):
+        b = X > c
+        return xp.mean(xp.mean(b, axis=0)) + xp.mean(b) + xp.sum(X * c)
+
+    grad = jax.value_and_grad(lambda c: loss(ooc, disk(data), c))
+    with ooc.MemoryBudget(BUDGET):
+        got = (jax.jit(grad) if jit else grad)(jnp.float32(0.5))
+    want = jax.value_and_grad(lambda c: loss(jnp, jnp.asarray(data), c))(jnp.float32(0.5))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_full_full_like_and_pad_take_a_traced_fill_value(jit):
+    """They converted the fill value to NumPy (TracerArrayConversionError); as
+    jnp.full, the array holds it in the dtype asked for, and it gets the gradient."""
+    data = np.linspace(-2, 2, 12, dtype=np.float32).reshape(4, 3)
+    weights = np.arange(20, dtype=np.float32).reshape(4, 5) % 7
+
+    def programs(xp, x, c):
+        return [
+            xp.sum(xp.full_like(x, c) * weights[:, :3]),
+            xp.sum(xp.full((4, 5), c) * weights),
+            xp.sum(xp.full_like(x, c, dtype=np.float16)),
+            xp.sum(xp.astype(xp.full_like(x, c, dtype=np.int32), np.float32)),  # no gradient
+            xp.sum(xp.pad(x, 1, constant_values=c)[:4, :5] * weights),
+        ]
+
+    c = jnp.float32(1.25)
+    with ooc.MemoryBudget(BUDGET):
+        x = disk(data)
+        for k in range(5):
+            grad = jax.value_and_grad(lambda c, k=k: programs(ooc, x, c)[k])
+            got = (jax.jit(grad) if jit else grad)(c)
+            # jnp.pad's gradient needs its array differentiated too
+            ref = jax.value_and_grad(lambda c, x, k=k: programs(jnp, x, c)[k], (0, 1))
+            value, (g_c, _) = ref(c, jnp.asarray(data))
+            want = (value, g_c)
+            assert [g.dtype for g in got] == [w.dtype for w in want], k
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=str(k))
+
+
+def test_full_keeps_the_dtype_of_a_numpy_or_jax_fill_value():
+    """A fill value with a dtype gave the default dtype of its kind (jnp.int8(3):
+    a float32 array); as in NumPy and jax.numpy it keeps its dtype (NumPy's on
+    disk: np.float64 stays float64); a weakly typed JAX value acts as a number."""
+    with ooc.MemoryBudget(BUDGET):
+        for value, dtype in [
+            (jnp.int8(3), np.int8),
+            (np.int8(3), np.int8),
+            (jnp.float16(2), np.float16),
+            (np.float64(2), np.float64),
+            (jnp.asarray(2.0), np.float32),  # weakly typed
+            (jnp.asarray(True), np.bool_),
+        ]:
+            got = ooc.full((5, 3), value)
+            assert got.dtype == dtype, value
+            np.testing.assert_array_equal(got.to_numpy(), np.full((5, 3), value, dtype))
+        with pytest.raises(TypeError, match="bfloat16"):
+            ooc.full((5, 3), jnp.asarray(1, jnp.bfloat16))

@@ -18,7 +18,6 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NoReturn, TypeAlias, TypeVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -288,11 +287,11 @@ def current_backward_of() -> Any:
 def _zero_like(t: InType, symbolic: bool = False) -> Any:
     """A zero cotangent for an input of type ``t``: JAX's symbolic zero where asked
     (nothing upstream runs for it), else a zero value."""
-    if symbolic:
+    if symbolic or not is_differentiable(t.dtype):
+        # an int or bool input's cotangent is JAX's float0 zero, kept symbolic as JAX
+        # keeps it: two of them (an int result used twice) are never added
         return Zero(t.to_tangent_aval())
     if isinstance(t, DiskArrayType):
-        if not is_differentiable(t.dtype):  # float0: JAX's no-gradient type
-            return np.zeros(t.shape, jax.dtypes.float0)
         return t.vspace_zero()
     return jnp.zeros(t.shape, t.dtype)
 

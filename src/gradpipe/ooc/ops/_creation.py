@@ -35,6 +35,7 @@ from ._creation_args import (
     triangle,
     zero_d,
 )
+from ._fill_values import FillValue, as_number, fill_dtype, is_traced, traced_full
 
 __all__ = [
     "arange",
@@ -58,7 +59,7 @@ __all__ = [
 
 def full(
     shape: int | Sequence[int],
-    fill_value: bool | int | float | complex,
+    fill_value: FillValue,
     *,
     dtype: DTypeLike | None = None,
     device: DeviceLike = None,
@@ -69,18 +70,21 @@ def full(
     **Arguments:**
 
     - `shape`: an int or a tuple of ints.
-    - `fill_value`: a Python number (or bool).
-    - `dtype`: the dtype (default: bool for a bool ``fill_value``, else the default
-      dtype of its kind, as `jax.numpy.full`).
+    - `fill_value`: a Python number (or bool), a NumPy scalar or a 0-d JAX value
+      (a traced one too: the array is then differentiable in it, as ``jnp.full``).
+    - `dtype`: the dtype (default: bool for a bool ``fill_value``, the default dtype
+      of its kind for a Python number, else ``fill_value``'s own, as `jax.numpy.full`).
     - `device`: ``None`` or `gradpipe.ooc`'s one device.
     - `budget`: the budget the page shape is derived from.
     """
     check_device(device)
     shape = as_shape(shape)
-    dtype = np.dtype(dtype) if dtype is not None else number_dtype(fill_value)
+    dtype = np.dtype(dtype) if dtype is not None else fill_dtype(fill_value)
+    if is_traced(fill_value):
+        return traced_full(shape, fill_value, dtype, budget)
     if not shape:
-        return zero_d(fill_value, dtype)
-    return DiskArray.full(shape, fill_value, dtype, budget=budget)
+        return zero_d(as_number(fill_value), dtype)
+    return DiskArray.full(shape, as_number(fill_value), dtype, budget=budget)
 
 
 def zeros(
@@ -120,14 +124,17 @@ def empty(
 def full_like(
     x: ArrayLike,
     /,
-    fill_value: bool | int | float | complex,
+    fill_value: FillValue,
     *,
     dtype: DTypeLike | None = None,
     device: DeviceLike = None,
     budget: BudgetLike = None,
 ) -> Result:
-    """A new array of ``x``'s shape (and dtype, unless given) filled with ``fill_value``."""
+    """A new array of ``x``'s shape (and dtype, unless given) filled with ``fill_value``
+    (a number, or a 0-d JAX value, traced too: see `full`)."""
     shape, dtype = shape_dtype_like(x, dtype)
+    if is_traced(fill_value):  # converted to dtype as jnp.full_like does
+        return full(shape, fill_value, dtype=dtype, device=device, budget=budget)
     if dtype.kind in "iub" and isinstance(fill_value, float) and not fill_value.is_integer():
         raise TypeError(f"full_like: fill value {fill_value} for a {dtype.name} array.")
     return full(shape, fill_value, dtype=dtype, device=device, budget=budget)

@@ -291,15 +291,15 @@ def where(
 
 
 def _clip(xp: Any, x: Any, *bounds: Any, has_min: bool, has_max: bool) -> Any:
+    """``minimum(maximum(x, min), max)``, as ``jax.numpy``'s `clip`: the bounds promote
+    with ``x`` (an int array clipped by a float bound is a float one), a NaN bound
+    gives NaN (as NumPy and the standard), and a tie shares the gradient equally."""
     it = iter(bounds)
-    lo = next(it) if has_min else None
-    hi = next(it) if has_max else None
-    out = x
-    if lo is not None:
-        out = xp.where(out < lo, xp.astype(lo, x.dtype), out)
-    if hi is not None:
-        out = xp.where(out > hi, xp.astype(hi, x.dtype), out)
-    return out
+    if has_min:
+        x = xp.maximum(x, next(it))
+    if has_max:
+        x = xp.minimum(x, next(it))
+    return x
 
 
 def clip(
@@ -311,21 +311,30 @@ def clip(
     budget: BudgetLike = None,
 ) -> Result:
     """``x`` with values below ``min`` raised to it and above ``max`` lowered to it,
-    elementwise, out of core, in ``x``'s dtype (the standard's `clip`); ``min`` and
-    ``max`` are scalars or arrays that broadcast with ``x``. Differentiable in all
-    three where they are floating."""
+    elementwise, out of core (the standard's `clip`, NumPy's values and dtype).
+
+    **Arguments:**
+
+    - `x`: a `DiskArray` (or an in-memory value).
+    - `min`, `max`: ``None``, scalars (Python numbers, NumPy or JAX values, traced
+      ones too) or arrays that broadcast with ``x``.
+
+    **Returns:** the clipped array, in the dtype NumPy's ``np.clip`` gives: ``x``'s
+    for bounds of its kind, else the promoted one, as every binary function promotes
+    (``clip(int_array, 0.5, None)`` is float64, a float32 JAX bound with int32 data
+    too). A Python int bound outside an int ``x``'s range is clamped to it, as in
+    NumPy. Differentiable in all three where they are floating; a tie shares the
+    gradient, as ``jax.numpy.clip``'s.
+    """
     dtype = _dtype_of(x)
     bounds: list[ArrayLike] = []
     for bound in (min, max):
         if bound is None:
             continue
-        if isinstance(bound, (int, float)) and not isinstance(bound, bool):
-            if dtype.kind in "iu" and isinstance(bound, float):
-                raise TypeError(f"clip: a float bound {bound} for a {dtype.name} array.")
-            if dtype.kind in "iu":
-                info = np.iinfo(dtype)
-                bound = builtins.min(builtins.max(bound, int(info.min)), int(info.max))
-            bound = np.asarray(bound, dtype)
+        if isinstance(bound, int) and not isinstance(bound, bool) and dtype.kind in "iu":
+            info = np.iinfo(dtype)  # NumPy clips by the nearest value of x's dtype
+            clamped = builtins.min(builtins.max(bound, int(info.min)), int(info.max))
+            bound = np.asarray(clamped, dtype)
         bounds.append(bound)
     return blockwise(
         _clip, "clip", x, *bounds, budget=budget, has_min=min is not None, has_max=max is not None

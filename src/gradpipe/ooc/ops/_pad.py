@@ -20,6 +20,7 @@ from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
 from ._arg_types import BudgetLike
 from ._creation import full
+from ._fill_values import is_traced
 from ._manipulation import concat
 
 __all__ = ["pad"]
@@ -46,7 +47,10 @@ def _widths(pad_width: PadWidth, ndim: int) -> list[tuple[int, int]]:
 
 
 def _values(constant_values: npt.ArrayLike, ndim: int) -> list[tuple[Any, Any]]:
-    """``constant_values`` as one ``(before, after)`` per axis (Python scalars)."""
+    """``constant_values`` as one ``(before, after)`` per axis (Python scalars, or a
+    traced 0-d JAX value)."""
+    if is_traced(constant_values):
+        return [(constant_values, constant_values)] * ndim
     v = np.asarray(constant_values, dtype=object)
     if v.ndim == 0:
         return [(v.item(), v.item())] * ndim
@@ -63,7 +67,9 @@ def pad(
     budget: BudgetLike = None,
 ) -> Result:
     """``x`` with ``pad_width`` elements of ``constant_values`` before and after each
-    axis (``np.pad`` in constant mode), out of core; the result keeps ``x``'s dtype."""
+    axis (``np.pad`` in constant mode), out of core; the result keeps ``x``'s dtype.
+    A traced 0-d ``constant_values`` (a JAX parameter) gets its gradient, the sum of
+    the cotangent over the padding."""
     t = type_of(x)
     if t is None:
         return jnp.pad(jnp.asarray(x), pad_width, mode=mode, constant_values=constant_values)
@@ -84,7 +90,8 @@ def pad(
                 parts.append(out)
             elif n:
                 side = (*shape[:axis], n, *shape[axis + 1 :])
-                parts.append(full(side, np.asarray(v, dtype).item(), dtype=dtype, budget=budget))
+                fill: Any = v if is_traced(v) else np.asarray(v, dtype).item()
+                parts.append(full(side, fill, dtype=dtype, budget=budget))
         out = concat(parts, axis=axis, budget=budget)
         shape = (*shape[:axis], shape[axis] + before + after, *shape[axis + 1 :])
     return out
