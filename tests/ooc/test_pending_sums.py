@@ -2,6 +2,7 @@
 (`gradpipe.ooc.execution._pending`): xarray's weighted mean reads its data once, not twice."""
 
 import gc
+import math
 
 import jax
 import jax.numpy as jnp
@@ -357,3 +358,83 @@ def test_sums_of_integers_join_and_are_exact(table, x64):
     np.testing.assert_array_equal(got[1], alone[1])
     np.testing.assert_array_equal(got[1], ints.mean(0))
     np.testing.assert_allclose(got[2], 0.5 * ints.astype(np.float64).sum(0), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- random programs
+
+#: Arrays of each dtype a joined pass takes, read from one float32 DiskArray ``x``
+#: of whole numbers in [-100, 100]: as a DiskArray, and as NumPy of its data ``d``.
+_SOURCES = {
+    "bool": (lambda x: x > 3.0, lambda d: d > 3.0),
+    "int8": (lambda x: ooc.astype(x, ooc.int8), lambda d: d.astype(np.int8)),
+    "uint16": (
+        lambda x: ooc.astype(ooc.abs(x), ooc.uint16),
+        lambda d: np.abs(d).astype(np.uint16),
+    ),
+    "int32": (
+        lambda x: ooc.astype(x * 1000.0, ooc.int32),
+        lambda d: (d * np.float32(1000.0)).astype(np.int32),
+    ),
+    "float32": (lambda x: x * 0.37, lambda d: d * np.float32(0.37)),
+    "float64": (
+        lambda x: ooc.astype(x, ooc.float64) * 0.1,
+        lambda d: d.astype(np.float64) * 0.1,
+    ),
+}
+_SUMS = {
+    "sum": lambda a, axis: ooc.sum(a, axis=axis),
+    "mean": lambda a, axis: ooc.mean(a, axis=axis),
+    "sum in float64": lambda a, axis: ooc.sum(a, axis=axis, dtype=ooc.float64),
+}
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["x64-off", "x64-on"])
+@pytest.mark.parametrize("seed", range(6))
+def test_joined_sums_of_mixed_dtypes_equal_each_computed_alone(seed, x64):
+    """Random sums and means of booleans, integers and floats of one array, asked for
+    together (so they share passes) and then each alone. Each joined result has the
+    dtype it has alone; a result of booleans or integers is equal to it bit for bit
+    (a mean of them too); a float one is within the rounding of its own
+    accumulator (a float64 result carries no float32 rounding)."""
+    rng = np.random.default_rng(seed)
+    with jax.enable_x64(x64):
+        for _ in range(5):
+            _joined_program(rng)
+
+
+def _joined_program(rng: np.random.Generator) -> None:
+    shape = (int(rng.integers(60, 120)), int(rng.integers(4, 16)), int(rng.integers(8, 32)))
+    axis = [0, 2, (0, 2), (1, 2)][int(rng.integers(4))]
+    data = np.round(rng.standard_normal(shape) * 20).clip(-100, 100).astype(np.float32)
+    k = int(rng.integers(2, 8))
+    sources = rng.choice(list(_SOURCES), size=k, p=[0.25, 0.1, 0.1, 0.1, 0.3, 0.15])
+    hows = rng.choice(list(_SUMS), size=k, p=[0.35, 0.45, 0.2])
+    program = [(str(s), str(h)) for s, h in zip(sources, hows)]
+    # under 1 MiB, so that the chains stay whole (`_chain.CUT_BUDGET`) and all read x
+    with ooc.MemoryBudget(2**19):
+        x = ooc.DiskArray.from_numpy(data)
+
+        def make(source: str, how: str):
+            return _SUMS[how](_SOURCES[source][0](x), axis)
+
+        results = [make(*step) for step in program]
+        waiting = [r for r in results if pending(r)]
+        order = rng.permutation(len(results))
+        got = {int(i): results[i].to_numpy() for i in order[:1]}
+        if len(waiting) > 1:
+            assert any(not pending(r) for r in waiting if r is not results[order[0]]), program
+        got.update({int(i): results[i].to_numpy() for i in order[1:]})
+        alone = [make(*step).to_numpy() for step in program]
+    terms = math.prod(shape[a] for a in np.atleast_1d(axis))
+    for i, (source, how) in enumerate(program):
+        joined, want = got[i], alone[i]
+        assert joined.dtype == want.dtype, (program, i)
+        values = _SOURCES[source][1](data)
+        if values.dtype.kind in "biu":
+            np.testing.assert_array_equal(joined, want, err_msg=f"{program}, {i}")
+            continue
+        acc = np.float64 if np.float64 in (values.dtype, want.dtype) else np.float32
+        bound = np.abs(values.astype(np.float64)).sum(axis=axis) * terms * np.finfo(acc).eps
+        if how == "mean":
+            bound /= terms
+        assert np.all(np.abs(joined - want) <= bound), (program, i)
