@@ -282,8 +282,8 @@ def _finished(p: PendingResult, total: np.ndarray) -> Any:
     dtype. Held in memory only while the held results stay within their share."""
     op, _, budget = _joint(p)
     _, acc, out_dtype = _dtypes(p)
-    if acc.kind in "iu":
-        total = total.astype(np.int64).astype(acc)
+    if acc.kind in "iu":  # an exact integer, wrapping into a narrower one as alone
+        total = total.astype(np.int64)
     with np.errstate(all="ignore"):
         result = np.ascontiguousarray(op.finish(total.astype(acc)), out_dtype)
     held = hold_in_memory(result.nbytes, budget)
