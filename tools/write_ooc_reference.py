@@ -42,6 +42,13 @@ FAMILIES = [
         "for them when it skips missing values (its default for floating data).",
         ("ops._nanreduce",),
     ),
+    (
+        "Quantiles and medians",
+        "NumPy's names, outside the array API standard: xarray's `quantile` and `median` "
+        "ask an array's namespace for them. Each element of the other axes holds its "
+        "reduced axes whole in memory; those axes are cut into tiles by the budget.",
+        ("ops._quantile",),
+    ),
     ("Searching functions", "", ("ops._searching",)),
     ("Sorting functions", "", ("ops._sorting",)),
     ("Manipulation functions", "", ("ops._manipulation", "ops._pad")),

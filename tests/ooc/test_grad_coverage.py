@@ -24,6 +24,7 @@ FAMILIES = [
     "test_linalg_extension",
     "test_fusion",
     "test_nan_reductions",
+    "test_quantile",
 ]
 
 _BOOL_OR_INT = "its result is bool or integer: no gradient, as in JAX"

@@ -14,6 +14,7 @@ from . import (
     _manipulation,
     _nanreduce,
     _pad,
+    _quantile,
     _searching,
     _sorting,
     _statistics,
@@ -31,6 +32,7 @@ from ._matmul import matmul
 from ._nanreduce import *  # noqa: F403
 from ._pad import *  # noqa: F403
 from ._persist import persist
+from ._quantile import *  # noqa: F403
 from ._searching import *  # noqa: F403
 from ._sorting import *  # noqa: F403
 from ._statistics import *  # noqa: F403
@@ -47,6 +49,7 @@ __all__ = [
     *_manipulation.__all__,
     *_nanreduce.__all__,
     *_pad.__all__,
+    *_quantile.__all__,
     *_searching.__all__,
     *_sorting.__all__,
     *_statistics.__all__,

@@ -35,8 +35,8 @@ __all__ = ["einsum"]
 def _routed(
     name: str, in_memory: Callable[..., Any], on_disk: Callable[..., Any]
 ) -> Callable[..., Any]:
-    """``in_memory`` (a ``jax.numpy`` function), or ``on_disk`` (this namespace's
-    ``name``) when a DiskArray is among the arguments."""
+    """``in_memory`` (a ``jax.numpy`` or NumPy function), or ``on_disk`` (this
+    namespace's ``name``) when a DiskArray is among the arguments."""
 
     def fn(*args: Any, **kwargs: Any) -> Any:
         if any(type_of(a) is not None for a in args):
@@ -44,7 +44,7 @@ def _routed(
         return in_memory(*args, **kwargs)
 
     fn.__name__ = name
-    fn.__doc__ = f"``jax.numpy.{name}``, or ``gradpipe.ooc.{name}`` for DiskArrays."
+    fn.__doc__ = f"``{in_memory.__module__}.{name}``, or ``gradpipe.ooc.{name}`` for DiskArrays."
     fn.routes_disk_arrays = True  # type: ignore[attr-defined]  # a mark on the function
     return fn
 
@@ -56,10 +56,12 @@ def register_with_opt_einsum() -> None:
 
     opt_einsum looks a backend up by the top-level package of the first operand's
     class: ``gradpipe`` for a DiskArray (made an alias of `gradpipe.ooc` here; it
-    would otherwise fall back to NumPy and read the arrays into memory), and ``jax``
-    for a DiskArray traced under ``jax.jit`` (a JAX tracer): the ``jax`` backend's
-    three functions are routed here when a DiskArray is among their arguments, and
-    stay ``jax.numpy``'s for everything else."""
+    would otherwise fall back to NumPy and read the arrays into memory), ``jax``
+    for a DiskArray traced under ``jax.jit`` (a JAX tracer), and ``numpy`` when a
+    NumPy array comes first (``xr.dot(weights, t)``): the ``jax`` and ``numpy``
+    backends' three functions are routed here when a DiskArray is among their
+    arguments (NumPy's would read it whole into memory), and stay their own for
+    everything else."""
     try:
         from opt_einsum.backends import dispatch
     except ImportError:  # not installed: nothing routes einsum around the namespace
@@ -69,10 +71,15 @@ def register_with_opt_einsum() -> None:
     if not isinstance(aliases, dict) or not isinstance(cached, dict):
         return  # another opt_einsum: DiskArrays then go through xarray's namespace path
     aliases.setdefault("gradpipe", "gradpipe.ooc")
-    for name, on_disk in (("tensordot", tensordot), ("transpose", transpose), ("einsum", einsum)):
-        current = cached.get((name, "jax"), getattr(jnp, name))
-        if not getattr(current, "routes_disk_arrays", False):  # once per process
-            cached[(name, "jax")] = _routed(name, current, on_disk)
+    for backend, module in (("jax", jnp), ("numpy", np)):
+        for name, on_disk in (
+            ("tensordot", tensordot),
+            ("transpose", transpose),
+            ("einsum", einsum),
+        ):
+            current = cached.get((name, backend), getattr(module, name))
+            if not getattr(current, "routes_disk_arrays", False):  # once per process
+                cached[(name, backend)] = _routed(name, current, on_disk)
 
 
 def _shape(x: ArrayLike) -> tuple[int, ...]:
@@ -135,21 +142,31 @@ def _line_up(x: ArrayLike, labels: str, order: str, budget: BudgetLike) -> Array
     return expand_dims(x, missing, budget=budget) if missing else x
 
 
-def _sum_own(x: ArrayLike, labels: str, keep: str, budget: BudgetLike) -> tuple[ArrayLike, str]:
-    """``x`` summed over the labels no other operand and not the output has."""
+def _sum_own(
+    x: ArrayLike, labels: str, keep: str, common: np.dtype, budget: BudgetLike
+) -> tuple[ArrayLike, str]:
+    """``x`` summed over the labels no other operand and not the output has, in the
+    ``common`` dtype of all operands: NumPy converts every operand to it before it
+    multiplies and sums, so a float32 operand summed with float64 weights is summed
+    in float64 (in its own dtype the sum would carry float32 rounding)."""
     axes = tuple(i for i, c in enumerate(labels) if c not in keep)
     if not axes:
         return x, labels
-    out = sum(x, axis=axes, budget=budget)
+    dtype = None if common.kind == "b" else common
+    out = sum(x, axis=axes, dtype=dtype, budget=budget)
     return out, "".join(c for c in labels if c in keep)
 
 
 def _dtype(x: ArrayLike) -> np.dtype:
-    """``x``'s dtype as an operand: an in-memory one's as JAX holds it (32 bits for
-    64 while x64 is off), as the operations einsum is made of see it."""
+    """``x``'s dtype as an operand, as the operations einsum is made of see it: a
+    DiskArray's or a NumPy array's own (a float64 NumPy operand stays float64: it goes
+    to disk, exact, while x64 is off), any other's as JAX holds it (32 bits for 64
+    while x64 is off)."""
     t = type_of(x)
     if t is not None:
         return np.dtype(t.dtype)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype
     return canonical_dtype(np.result_type(getattr(x, "dtype", x)))
 
 
@@ -181,9 +198,10 @@ def einsum(
     shapes = [_shape(x) for x in operands]
     labels, out = _parse(subscripts, shapes)
     xs = _promoted(operands, budget)
+    common = np.result_type(*(_dtype(x) for x in xs))
     for i, (x, lab) in enumerate(zip(xs, labels)):
         others = out + "".join(b for j, b in enumerate(labels) if j != i)
-        xs[i], labels[i] = _sum_own(x, lab, others, budget)
+        xs[i], labels[i] = _sum_own(x, lab, others, common, budget)
     if len(xs) == 1:
         return _line_up(cast(Result, xs[0]), labels[0], out, budget)  # the one operand is on disk
     if len(xs) == 2 and not set(labels[0]) & set(labels[1]) & set(out):

@@ -10,7 +10,7 @@ and memory stays bounded; their gradients are two more contractions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeGuard, cast
+from typing import TypeGuard
 
 import jax.numpy as jnp
 import numpy as np
@@ -30,9 +30,13 @@ def _is_int(a: object) -> TypeGuard[int | np.integer]:
     return isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
 
 
-def _operand(x: ArrayLike) -> Result:
-    """A DiskArray as it is; anything else as a JAX value (0-d, or refused by the op)."""
-    return cast(Result, x) if type_of(x) is not None else jnp.asarray(x)
+def _operand(x: ArrayLike) -> ArrayLike:
+    """A DiskArray or a NumPy array as it is (a float64 one that JAX would hold in 32
+    bits while x64 is off goes to disk once, exact, as every operation's in-memory
+    operands do); anything else as a JAX value (0-d, or refused by the op)."""
+    if type_of(x) is not None or isinstance(x, (np.ndarray, np.generic)):
+        return x
+    return jnp.asarray(x)
 
 
 def tensordot(

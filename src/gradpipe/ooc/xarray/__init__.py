@@ -53,12 +53,20 @@ What to know:
 The modules: `_manager` (the chunk manager), `_from_array` (what is read in place
 and what is copied), `_store` (writing tile by tile), `_load` (the load guard),
 `_blocks` (NumPy functions of blocks), `_chunks` (chunk specifications),
-`_namespace` (the namespace the manager hands xarray).
+`_namespace` (the namespace the manager hands xarray), `_groupby` (two steps of
+xarray's groupby and resample adjusted for DiskArrays).
 """
 
 from __future__ import annotations
 
+import sys
+
 __all__ = ["GradpipeChunkManager"]
+
+if "xarray" in sys.modules:  # imported after xarray: adjust its groupby now
+    from ._groupby import install as _install_groupby
+
+    _install_groupby()
 
 
 def __getattr__(name: str) -> type:

@@ -17,6 +17,10 @@ memory. `from_array` makes a DiskArray of it:
   a NetCDF-3 file, a remote NetCDF file, or any other backend.
 - Left in memory, within the budget (`_load.check_fits`), for data that is not a
   number (strings, dates): a DiskArray holds booleans and numbers only.
+- Kept as it is when it is a value JAX traces (inside ``jax.jit`` or ``jax.grad``,
+  a traced DiskArray or JAX array): its values are not known yet, so nothing can be
+  written; operations take it as they take it under ``jax.jit``. xarray chunks such
+  a value itself in grouped arithmetic (`_groupby`).
 
 ``from_array_kwargs`` may give ``budget=`` (bounds the copy's blocks and the default
 page shape) and ``copy=True`` (copy even where the file could be read in place).
@@ -28,6 +32,7 @@ import contextlib
 import os
 from typing import Any
 
+import jax
 import numpy as np
 
 from ..arrays._array import DiskArray, Result
@@ -155,7 +160,8 @@ def _copy(data: Any, chunks: Any, budget: MemoryBudget | int | str | None) -> Di
 
 def from_array(data: Any, chunks: Any, **kwargs: Any) -> Result | np.ndarray:
     """A DiskArray for ``data`` (see the module): read in place, or copied; data that
-    is not numbers stays in memory (a NumPy array) within the budget."""
+    is not numbers stays in memory (a NumPy array) within the budget, and a traced
+    value stays as it is."""
     for k in _DASK_ONLY:
         kwargs.pop(k, None)
     unknown = sorted(set(kwargs) - set(_OPTIONS))
@@ -164,7 +170,7 @@ def from_array(data: Any, chunks: Any, **kwargs: Any) -> Result | np.ndarray:
             f"gradpipe's chunk manager takes from_array_kwargs {list(_OPTIONS)}, not {unknown}."
         )
     budget, copy = kwargs.get("budget"), bool(kwargs.get("copy", False))
-    if isinstance(data, DiskArray):
+    if isinstance(data, (DiskArray, jax.core.Tracer)):
         return data
     if not copy:
         x = open_in_place(data)

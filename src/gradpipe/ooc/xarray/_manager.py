@@ -7,6 +7,8 @@ Registered as xarray's ``xarray.chunkmanagers`` entry point ``gradpipe`` (see
 `reduction`, `blockwise`). Everything else (arithmetic, reductions over named
 dimensions, ``where``, selection, ``xr.dot``, concatenation) xarray does through the
 DiskArray's own array namespace, `gradpipe.ooc`, out of core and differentiable.
+Loading this module adjusts two steps of xarray's groupby and resample for
+DiskArrays (`_groupby`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
 from ..arrays._array import DiskArray, Result
-from . import _blocks, _chunks, _from_array, _load, _store
+from . import _blocks, _chunks, _from_array, _groupby, _load, _store
 
 __all__ = ["GradpipeChunkManager"]
 
@@ -239,3 +241,6 @@ class GradpipeChunkManager(ChunkManagerEntrypoint):
             for i, c in zip(ind, a.chunks):
                 chunkss.setdefault(i, c)
         return chunkss, arrays
+
+
+_groupby.install()  # xarray loads this module before it first meets a DiskArray
