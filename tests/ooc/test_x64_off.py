@@ -451,3 +451,36 @@ def test_full_keeps_the_dtype_of_a_numpy_or_jax_fill_value():
             np.testing.assert_array_equal(got.to_numpy(), np.full((5, 3), value, dtype))
         with pytest.raises(TypeError, match="bfloat16"):
             ooc.full((5, 3), jnp.asarray(1, jnp.bfloat16))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_a_traced_python_number_that_numpy_widens_gives_numpys_dtype(jit):
+    """``bool_array + c`` with ``c`` a Python float traced by jax.jit or jax.grad: JAX
+    holds ``c`` as a weak float32, and the result on disk was float32 where NumPy's
+    rule gives float64 (the value stays the float32 one JAX holds); its gradient
+    comes back in the float32 JAX holds it in, as jax.grad gives it."""
+    cases = [
+        (np.array([True, False, True]), 0.75, np.float64),  # bool + float
+        (np.arange(-3, 3, dtype=np.int8), -1.5, np.float64),  # int8 + float
+        (np.array([True, False, True]), 3, np.int64),  # bool + int
+        (np.arange(4, dtype=np.float16), 0.5, np.float16),  # kept: float16 + float
+    ]
+    with ooc.MemoryBudget(BUDGET):
+        for data, c, dtype in cases:
+            X = disk(data)
+            out = (jax.jit(lambda c, X: X * c) if jit else lambda c, X: X * c)(c, X)
+            assert out.dtype == dtype == np.result_type(data, c), (data.dtype, c)
+            np.testing.assert_array_equal(out.to_numpy(), data * c)
+            if isinstance(c, float):
+                seen = []  # the dtype of X * c where jax.grad traces c (eagerly too)
+
+                def loss(c, X=X, seen=seen):
+                    seen.append((X * c).dtype)
+                    return ooc.sum(ooc.square(X * c + c))
+
+                grad = jax.value_and_grad(loss)
+                got = (jax.jit(grad) if jit else grad)(c)
+                assert seen == [dtype]
+                want = jax.value_and_grad(lambda c: jnp.sum(jnp.square(data * c + c)))(c)
+                assert got[1].dtype == want[1].dtype == np.float32
+                np.testing.assert_allclose(got, want, rtol=2e-3)

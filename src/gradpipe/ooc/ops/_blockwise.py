@@ -195,8 +195,10 @@ def blockwise(
     JAX values or Python numbers. With no `DiskArray` among them the kernel runs in
     memory on ``jax.numpy`` (a 0-d result is a JAX array, as every 0-d result is)."""
     from ..arrays._hijax import type_of
+    from ._widened import widened
 
     frozen_params = tuple(sorted(params.items()))
     if all(type_of(a) is None for a in operands):
         return run_in_jax(kernel, frozen_params, operands)
+    kernel = widened(kernel, operands, label)  # a weak JAX scalar NumPy widens: `_widened`
     return apply(Blockwise(kernel, label, frozen_params), *operands, budget=budget)
