@@ -484,3 +484,23 @@ def test_a_traced_python_number_that_numpy_widens_gives_numpys_dtype(jit):
                 want = jax.value_and_grad(lambda c: jnp.sum(jnp.square(data * c + c)))(c)
                 assert got[1].dtype == want[1].dtype == np.float32
                 np.testing.assert_allclose(got, want, rtol=2e-3)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_full_like_converts_a_traced_bfloat16_fill_value_in_jax(jit):
+    """A traced bfloat16 fill value was refused (DiskArrays cannot compute in it);
+    converted to the array's dtype in JAX, as jnp.full_like does, it gets its
+    bfloat16 gradient."""
+    data = np.linspace(-1, 1, 12).reshape(4, 3)  # float64
+    c = jnp.asarray(1.5, jnp.bfloat16)
+
+    def loss(xp, x, c):
+        return xp.sum(xp.full_like(x, c) * x)
+
+    grad = jax.value_and_grad(lambda c, x: loss(ooc, x, c))
+    with ooc.MemoryBudget(BUDGET):
+        got = (jax.jit(grad) if jit else grad)(c, disk(data))
+    want = jax.value_and_grad(lambda c: loss(jnp, jnp.asarray(data), c))(c)
+    assert got[1].dtype == want[1].dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.float32(got[1]), np.float32(want[1]), atol=1e-2)
+    np.testing.assert_allclose(got[0], data.sum() * 1.5, atol=1e-5)

@@ -134,7 +134,8 @@ def full_like(
     (a number, or a 0-d JAX value, traced too: see `full`)."""
     shape, dtype = shape_dtype_like(x, dtype)
     if is_traced(fill_value):  # converted to dtype as jnp.full_like does
-        return full(shape, fill_value, dtype=dtype, device=device, budget=budget)
+        check_device(device)
+        return traced_full(shape, fill_value, dtype, budget, like=x)
     if dtype.kind in "iub" and isinstance(fill_value, float) and not fill_value.is_integer():
         raise TypeError(f"full_like: fill value {fill_value} for a {dtype.name} array.")
     return full(shape, fill_value, dtype=dtype, device=device, budget=budget)

@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..arrays._array import Result
+from ..arrays._hijax import type_of
 from ..kernels._promotion import canonical_dtype
 from ..kernels._x64 import default_dtypes, number_dtype
 from ._arg_types import BudgetLike
@@ -59,23 +60,37 @@ def _fill(xp: Any, base: Any, value: Any, *, dtype: str) -> Any:
     return xp.broadcast_to(xp.astype(value, np.dtype(dtype)), base.shape)
 
 
-def traced_full(shape: tuple[int, ...], value: Any, dtype: DTypeLike, budget: BudgetLike) -> Result:
+def traced_full(
+    shape: tuple[int, ...],
+    value: Any,
+    dtype: DTypeLike,
+    budget: BudgetLike,
+    like: Any = None,
+) -> Result:
     """An array of ``shape`` and ``dtype`` holding the traced 0-d ``value`` everywhere;
-    differentiable in ``value``. (A 0-d result is a JAX value, as every 0-d result.)"""
-    import jax.numpy as jnp
+    differentiable in ``value``. (A 0-d result is a JAX value, as every 0-d result.)
 
+    The result is computed from one element of ``like`` (a non-empty DiskArray of
+    ``shape``'s rank, whose values are not used), or else of a new one-element file:
+    made while JAX traces, that file is a constant of the compiled program.
+    """
     from ._blockwise import blockwise
     from ._creation import full
     from ._manipulation import broadcast_to
 
     dtype = np.dtype(dtype)
-    if np.ndim(value) if not is_traced(value) else value.ndim:
+    if value.ndim:
         raise ValueError(
             f"full: a traced fill value must be 0-d, got shape {tuple(value.shape)}; "
             "broadcast it with ooc.broadcast_to after filling, or pass a number."
         )
+    value = value.astype(canonical_dtype(dtype))  # in JAX: a bfloat16 value too
     if not shape:
-        return jnp.asarray(value).astype(canonical_dtype(dtype))
-    one = full((1,) * len(shape), 0, dtype=dtype, budget=budget)  # one element, its shape
+        return value
+    t = type_of(like) if like is not None else None
+    if t is not None and len(t.shape) == len(shape) and all(t.shape):
+        one = like[(slice(0, 1),) * len(shape)]
+    else:
+        one = full((1,) * len(shape), 0, dtype=dtype, budget=budget)
     filled = blockwise(_fill, "full", one, value, budget=budget, dtype=dtype.str)
     return broadcast_to(filled, shape, budget=budget)

@@ -20,7 +20,7 @@ from ..arrays._array import ArrayLike, Result
 from ..arrays._hijax import type_of
 from ._arg_types import BudgetLike
 from ._creation import full
-from ._fill_values import is_traced
+from ._fill_values import is_traced, traced_full
 from ._manipulation import concat
 
 __all__ = ["pad"]
@@ -90,8 +90,12 @@ def pad(
                 parts.append(out)
             elif n:
                 side = (*shape[:axis], n, *shape[axis + 1 :])
-                fill: Any = v if is_traced(v) else np.asarray(v, dtype).item()
-                parts.append(full(side, fill, dtype=dtype, budget=budget))
+                if is_traced(v):  # a parameter: no file made while JAX traces
+                    parts.append(traced_full(side, v, dtype, budget, like=cast("Result", x)))
+                else:
+                    parts.append(
+                        full(side, np.asarray(v, dtype).item(), dtype=dtype, budget=budget)
+                    )
         out = concat(parts, axis=axis, budget=budget)
         shape = (*shape[:axis], shape[axis] + before + after, *shape[axis + 1 :])
     return out
