@@ -51,7 +51,8 @@ FUZZ_PROGRAMS ?= 4000
 fuzz: $(STAMP)
 	@seed=$${GRADPIPE_FUZZ_SEED:-$$(date +%s)}; echo "== $(FUZZ_PROGRAMS) random programs, GRADPIPE_FUZZ_SEED=$$seed =="; \
 	  GRADPIPE_FUZZ_SEED=$$seed GRADPIPE_PROGRAMS_PER_SHARD=$$(( $(FUZZ_PROGRAMS) / 8 )) \
-	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --timeout 0 tests/ooc/test_programs.py
+	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --timeout 0 tests/ooc/test_programs.py \
+	    tests/ooc/test_x64_off_programs.py
 
 # The site (mkdocs-material + mkdocstrings) into site/. --strict turns every warning
 # into a failure: a broken link, a missing anchor, an unresolved cross-reference.
