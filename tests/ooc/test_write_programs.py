@@ -460,7 +460,7 @@ def _failure(shape: tuple[int, int], budget: int, steps: Sequence[Step]) -> tupl
 
 
 def minimise(
-    shape: tuple[int, int], budget: int, steps: Sequence[Step], seconds: float = 60.0
+    shape: tuple[int, int], budget: int, steps: Sequence[Step], seconds: float = 20.0
 ) -> list[Step]:
     """``steps`` with every step left out whose absence keeps the failure (the same
     kind of error), last first, for at most ``seconds``: a program to read."""
