@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..arrays._array import Result
+from ..arrays._array import DiskArray, Result
 from ..arrays._hijax import type_of
 from ..kernels._promotion import canonical_dtype
 from ..kernels._x64 import default_dtypes, number_dtype
@@ -75,7 +75,6 @@ def traced_full(
     made while JAX traces, that file is a constant of the compiled program.
     """
     from ._blockwise import blockwise
-    from ._creation import full
     from ._manipulation import broadcast_to
 
     dtype = np.dtype(dtype)
@@ -91,6 +90,6 @@ def traced_full(
     if t is not None and len(t.shape) == len(shape) and all(t.shape):
         one = like[(slice(0, 1),) * len(shape)]
     else:
-        one = full((1,) * len(shape), 0, dtype=dtype, budget=budget)
+        one = DiskArray.full((1,) * len(shape), 0, dtype, budget=budget)
     filled = blockwise(_fill, "full", one, value, budget=budget, dtype=dtype.str)
     return broadcast_to(filled, shape, budget=budget)
