@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 
 from gradpipe import ooc
@@ -913,3 +914,29 @@ def compare(
     _close(value, want_grad[0], "loss", precision)
     for i, g, r in zip(floats, grads, want_grad[1]):
         _close(g, r, f"gradient of input {i}", precision)
+
+
+# ---------------------------------------------------------------- running a shard
+
+
+def run_shard(judge: Callable, strategies: Sequence, seed_value: int, examples: int) -> None:
+    """``judge(*drawn)`` on ``examples`` draws of ``strategies``, seeded by ``seed_value``,
+    with the settings every random-program test runs under: no deadline and no
+    example database (a run is repeated by its seed), every health check off, and the
+    failing program printed (`note`) with hypothesis's blob to reproduce it."""
+
+    @seed(seed_value)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+    @given(st.tuples(*strategies))
+    def run(drawn):
+        note(str(drawn[0]))
+        judge(*drawn)
+
+    run()

@@ -10,9 +10,8 @@ repeats a run). Every failure found becomes a named test in
 import os
 
 import pytest
-from hypothesis import HealthCheck, note, seed, settings
 from hypothesis import strategies as st
-from programs import check, programs
+from programs import check, programs, run_shard
 
 SHARDS = 8
 PROGRAMS_PER_SHARD = int(os.environ.get("GRADPIPE_PROGRAMS_PER_SHARD", "25"))
@@ -22,25 +21,5 @@ FUZZ_SEED = os.environ.get("GRADPIPE_FUZZ_SEED")
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_random_programs_agree_with_jax_numpy(shard):
     base = int(FUZZ_SEED) if FUZZ_SEED is not None else 0
-
-    @seed(base * SHARDS + shard)
-    @settings(
-        max_examples=PROGRAMS_PER_SHARD,
-        deadline=None,
-        database=None,
-        derandomize=False,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-    )
-    @given_program
-    def run(program, data_seed):
-        note(str(program))
-        check(program, data_seed)
-
-    run()
-
-
-def given_program(fn):
-    from hypothesis import given
-
-    return given(programs(), st.integers(0, 2**16))(fn)
+    strategies = [programs(), st.integers(0, 2**16)]
+    run_shard(check, strategies, base * SHARDS + shard, PROGRAMS_PER_SHARD)

@@ -10,7 +10,7 @@ per shard, as `test_programs.py`); `make fuzz` runs many more with a fresh seed
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, note, seed, settings
+from programs import run_shard
 from x64_programs import check, x64_programs
 
 SHARDS = 4
@@ -23,19 +23,4 @@ FUZZ_SEED = os.environ.get("GRADPIPE_FUZZ_SEED")
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_random_x64_off_programs_agree_with_the_rule_and_jax_numpy(shard):
     base = int(FUZZ_SEED) if FUZZ_SEED is not None else 0
-
-    @seed(base * SHARDS + shard)
-    @settings(
-        max_examples=PROGRAMS_PER_SHARD,
-        deadline=None,
-        database=None,
-        derandomize=False,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-    )
-    @given(x64_programs())
-    def run(program):
-        note(str(program))
-        check(program)
-
-    run()
+    run_shard(check, [x64_programs()], base * SHARDS + shard, PROGRAMS_PER_SHARD)
