@@ -9,7 +9,7 @@ import contextlib
 import errno
 import os
 
-__all__ = ["allocate", "close_and_unlink", "fsync_dir", "unlink_quietly"]
+__all__ = ["Closer", "allocate", "close_and_unlink", "fsync_dir", "unlink_quietly"]
 
 
 def unlink_quietly(path: str) -> None:
@@ -37,6 +37,25 @@ def close_and_unlink(fd: int, path: str, keep: bool) -> None:
         os.close(fd)
     if not keep:
         unlink_quietly(path)
+
+
+class Closer:
+    """What a file object closes and removes when it is collected (its finalizer
+    calls this): ``state = (fd, names to remove)``. The state is replaced in one
+    assignment when the object takes another descriptor or name, so an interrupt
+    at any line leaves exactly one cleanup, never none and never two (a second
+    close of a descriptor number could close another file that reused it)."""
+
+    def __init__(self, fd: int, remove: tuple[str, ...]) -> None:
+        self.state = (fd, remove)
+
+    def __call__(self) -> None:
+        (fd, remove), self.state = self.state, (-1, ())
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for path in remove:
+            unlink_quietly(path)
 
 
 def allocate(fd: int, size: int, path: str) -> None:

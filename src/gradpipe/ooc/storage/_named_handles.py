@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ._file_ops import close_and_unlink
+from ._file_ops import Closer
 from ._header import HEADER_BYTES, decode_header
 
 __all__ = [
@@ -116,10 +116,13 @@ class NamedHandle:
     writable: bool
     _own_fd: int
     _map: Any
-    _finalizer: weakref.finalize
+    _closer: Closer
     _key: str | None
     _generation: int
     _follow_lock: threading.Lock
+
+    def _paged(self, page_shape: tuple[int, ...]) -> None:
+        raise NotImplementedError
 
     @property
     def _fd(self) -> int:
@@ -131,9 +134,9 @@ class NamedHandle:
 
     def _adopt(self, fd: int, keep: bool = True) -> None:
         """Read and write ``fd`` from now on, closing the descriptor held before."""
-        old, self._own_fd, self._map = self._own_fd, fd, None
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, close_and_unlink, fd, self.path, keep)
+        old = self._own_fd
+        self._closer.state = (fd, () if keep else (self.path,))
+        self._own_fd, self._map = fd, None
         if old != fd:
             with contextlib.suppress(OSError):
                 os.close(old)
@@ -154,7 +157,7 @@ class NamedHandle:
             except BaseException:
                 os.close(fd)
                 raise
-            if found != (self.shape, self.dtype, self.page_shape):
+            if found[:2] != (self.shape, self.dtype):
                 os.close(fd)
                 raise ValueError(
                     f"{self.path!r} was replaced in this process by an array of shape "
@@ -162,4 +165,5 @@ class NamedHandle:
                     f"and dtype {self.dtype}. Open the file again with DiskArray.open."
                 )
             self._adopt(fd)
+            self._paged(found[2])  # the new file may be paged otherwise
             self._generation = gen

@@ -37,7 +37,7 @@ from numpy.typing import DTypeLike
 from . import _named_handles as named
 from ._debris import install_sigterm_cleanup, partial_name, sweep_partials
 from ._file_map import FileMap
-from ._file_ops import allocate, close_and_unlink, fsync_dir, unlink_quietly
+from ._file_ops import Closer, allocate, fsync_dir, unlink_quietly
 from ._header import FORMAT_VERSION, HEADER_BYTES, decode_header, encode_header
 from ._iostats import record_read, record_write
 from ._named_handles import NamedHandle
@@ -76,15 +76,14 @@ class PagedFile(PageLayout, NamedHandle):
         self.path = path
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
-        self.page_shape = tuple(int(p) for p in page_shape)
-        self.grid = page_grid(self.shape, self.page_shape)
-        self.page_bytes = math.prod(self.page_shape) * self.dtype.itemsize
+        self._paged(tuple(int(p) for p in page_shape))
         self._own_fd = fd
         self._final_path = final_path  # where `commit` renames to; None once visible
         self.writable = True
         self.on_disk = True  # False for a file held in memory: its I/O is not counted
         self._map: FileMap | None = None
-        self._finalizer = weakref.finalize(self, close_and_unlink, fd, path, False)
+        self._closer = Closer(fd, (path,))  # until committed, removed when collected
+        self._finalizer = weakref.finalize(self, self._closer)
         self._key: str | None = None  # a named file's key in `_named_handles`
         self._generation = 0
         self._follow_lock = threading.Lock()
@@ -127,20 +126,18 @@ class PagedFile(PageLayout, NamedHandle):
         header = encode_header(shape, dtype, page_shape)
         n_pages = math.prod(page_grid(shape, page_shape))
         size = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = -1
         try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             allocate(fd, size, tmp)
             os.pwrite(fd, header, 0)
+            f = cls(tmp, shape, dtype, page_shape, fd=fd, final_path=final)
         except BaseException:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
             unlink_quietly(tmp)
             raise
-        f = cls(tmp, shape, dtype, page_shape, fd=fd, final_path=final)
-        f._scratch = scratch
-        if not scratch:
-            # A user file that never gets committed must not linger either.
-            f._finalizer.detach()
-            f._finalizer = weakref.finalize(f, close_and_unlink, fd, tmp, False)
+        f._scratch = scratch  # (a user file never committed is removed too)
         return f
 
     @classmethod
@@ -162,8 +159,7 @@ class PagedFile(PageLayout, NamedHandle):
             raise
         f = cls(f"<memory {name}>", shape, dtype, page_shape, fd=fd, final_path=None)
         f._scratch, f.on_disk = True, False
-        f._finalizer.detach()  # nothing to unlink: the memory goes with the descriptor
-        f._finalizer = weakref.finalize(f, close_and_unlink, fd, f.path, True)
+        f._closer.state = (fd, ())  # nothing to unlink: the memory goes with the descriptor
         return f
 
     @classmethod
@@ -198,8 +194,7 @@ class PagedFile(PageLayout, NamedHandle):
         f = cls(path, shape, dtype, page_shape, fd=fd, final_path=None)
         f._scratch = False
         f.writable = writable
-        f._finalizer.detach()
-        f._finalizer = weakref.finalize(f, close_and_unlink, fd, path, True)
+        f._closer.state = (fd, ())
         f._register()
         return f
 
@@ -207,12 +202,14 @@ class PagedFile(PageLayout, NamedHandle):
         """Make the file visible under its final name (atomic rename)."""
         if self._final_path is None:
             return self
-        if self.is_scratch:
+        if self.is_scratch:  # removed under either name, should the rename be interrupted
+            self._closer.state = (self._own_fd, (self.path, self._final_path))
             os.replace(self.path, self._final_path)
         else:  # a named file: its other handles follow (`_named_handles`)
             key = named.key_of(self._final_path)
             named.before_replace(self, key)
             os.fsync(self._own_fd)
+            named.replaced(key)  # before the rename too: see `_rewriting`
             try:
                 os.replace(self.path, self._final_path)
             finally:
@@ -233,8 +230,15 @@ class PagedFile(PageLayout, NamedHandle):
     def discard(self) -> None:
         """Close and remove the file now (used when a write fails part-way)."""
         self._map = None
-        self._finalizer.detach()
-        close_and_unlink(self._own_fd, self.path, keep=not self.on_disk)  # in memory: no name
+        self._closer.state = (self._own_fd, (self.path,) if self.on_disk else ())
+        self._finalizer()
+
+    def _paged(self, page_shape: tuple[int, ...]) -> None:
+        """Read and write in pages of ``page_shape`` (set anew when a handle follows
+        its name to a file paged otherwise)."""
+        self.page_shape = page_shape
+        self.grid = page_grid(self.shape, self.page_shape)
+        self.page_bytes = math.prod(self.page_shape) * self.dtype.itemsize
 
     @property
     def identity(self) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import _named_handles as named
 from ._debris import install_sigterm_cleanup, partial_name
-from ._file_ops import allocate, close_and_unlink, fsync_dir
+from ._file_ops import allocate, close_and_unlink, fsync_dir, unlink_quietly
 from ._header import HEADER_BYTES, encode_header
 
 __all__ = ["rewriting"]
@@ -43,18 +43,19 @@ def rewriting(file: Any) -> Iterator[Any]:
     target = os.path.realpath(file.path)  # replace a symlink's target, not the link
     shadow = partial_name(target)
     install_sigterm_cleanup()
-    try:
-        fd = os.open(shadow, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except PermissionError as e:
-        raise PermissionError(
-            e.errno,
-            f"Overwriting {file.path!r} needs a temporary file next to it (so that it "
-            f"is replaced atomically), but {os.path.dirname(target)!r} is not "
-            "writable. Make the directory writable, or save a copy elsewhere.",
-        ) from None
     old_fd = file._fd
     key = named.key_of(target)
+    fd = -1
     try:
+        try:
+            fd = os.open(shadow, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except PermissionError as e:
+            raise PermissionError(
+                e.errno,
+                f"Overwriting {file.path!r} needs a temporary file next to it (so that it "
+                f"is replaced atomically), but {os.path.dirname(target)!r} is not "
+                "writable. Make the directory writable, or save a copy elsewhere.",
+            ) from None
         os.fchmod(fd, os.fstat(old_fd).st_mode & 0o7777)
         size = HEADER_BYTES + math.prod(file.grid) * file.page_bytes
         allocate(fd, size, shadow)
@@ -63,17 +64,24 @@ def rewriting(file: Any) -> Iterator[Any]:
         yield file
         os.fsync(fd)
         named.before_replace(file, key)
+        # bumped before the rename as well as after: an interrupt between the two
+        # still sends the other handles to the name (reopening the old file, had the
+        # rename not happened, is never wrong)
+        named.replaced(key)
         os.replace(shadow, target)
         fsync_dir(target)
     except BaseException:
         # An interrupt after the rename (in fsync_dir, or just after os.replace
         # returned) must not put the handle back on the old file: whether the
         # rename happened is read off the name itself.
-        if named.names(target, fd):
+        if fd >= 0 and named.names(target, fd):
             file._adopt(fd)
         else:
             file._own_fd, file._map = old_fd, None
-            close_and_unlink(fd, shadow, False)
+            if fd >= 0:
+                close_and_unlink(fd, shadow, False)
+            else:
+                unlink_quietly(shadow)  # made, but interrupted before its descriptor was kept
         raise
     else:
         file._adopt(fd)
