@@ -73,8 +73,10 @@ def run_both(client, fn, *xs):
 
 
 def stage_of(plan, name: str):
-    """The forward pass ``name`` of ``plan`` (its tile, and its number of tiles)."""
-    (stage,) = [s for s in plan.stages if s.name == name and s.phase == "forward"]
+    """The forward pass ``name`` of ``plan`` (its tile, and its number of tiles): a
+    loss under differentiation computes its gradient in the same pass."""
+    phases = ("forward", "value and gradient")
+    (stage,) = [s for s in plan.stages if s.name == name and s.phase in phases]
     return stage
 
 

@@ -43,8 +43,8 @@ from .execution._executor import DaskExecutor, executor
 from .kernels._data_types import can_cast, finfo, iinfo, isdtype, result_type
 from .ops import *  # noqa: F403
 from .ops import __all__ as _ops_all
+from .ops._cotangent_sum import add_cotangents as _add_cotangents
 from .ops._einsum import register_with_opt_einsum as _register_with_opt_einsum
-from .ops._scalar_cotangent import add_scalar_cotangents as _add_scalar_cotangents
 from .ops._setitem import set_item as _set_item
 from .planning._budget import RSS_OVERHEAD_BYTES, MemoryBudget, get_budget, set_default_budget
 from .planning._stages import Stage
@@ -78,7 +78,7 @@ _bind_namespace(
     _Namespace(
         package=_sys.modules[__name__],
         ops=ops,
-        add_scalar_cotangents=_add_scalar_cotangents,
+        add_cotangents=_add_cotangents,
         set_item=_set_item,
     )
 )

@@ -172,9 +172,7 @@ class DiskArrayType(_hx.HiType):
             h = getattr(a, "_handle", None)  # None for a traced DiskArray
             if h is not None and _is_concrete(h) and int(h) == _handles.ZERO_HANDLE:
                 return b
-        if not self.shape:  # `add` would give a JAX value, not this type
-            return namespace().add_scalar_cotangents(x, y)
-        return namespace().ops.add(x, y)
+        return namespace().add_cotangents(x, y)
 
     # vmap / scan
     def dec_rank(self, size: int | None, spec: Any) -> NoReturn:

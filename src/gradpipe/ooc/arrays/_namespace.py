@@ -24,8 +24,8 @@ class Namespace:
     package: ModuleType
     #: `gradpipe.ooc.ops`: the functions operators and methods call, by name.
     ops: ModuleType
-    #: Adds cotangents of a 0-d DiskArray (they are JAX values, not DiskArrays).
-    add_scalar_cotangents: Callable[[Any, Any], Any]
+    #: Adds two cotangents of a DiskArray (``vspace_add``; `ops._cotangent_sum`).
+    add_cotangents: Callable[[Any, Any], Any]
     #: ``x[key] = value``, in place.
     set_item: Callable[[Any, Any, Any], None]
 

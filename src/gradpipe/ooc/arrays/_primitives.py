@@ -14,6 +14,7 @@ this module: it is typed `Any` here.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NoReturn, TypeAlias, TypeVar
@@ -21,6 +22,8 @@ from typing import Any, ClassVar, NoReturn, TypeAlias, TypeVar
 import jax.numpy as jnp
 import numpy as np
 
+from ..execution import _deferred_cotangents as deferred_cotangents
+from ..execution import _one_pass as one_pass
 from ..execution._driver import Driver
 from ..execution._pending import deferred
 from ..kernels._promotion import is_constant, is_differentiable, operand_dtypes
@@ -50,6 +53,7 @@ InType: TypeAlias = "DiskArrayType | ShapedArray"
 Consts: TypeAlias = "Sequence[tuple[int, Any, str]]"
 
 _T = TypeVar("_T")
+_tokens = itertools.count(1)  # names a loss's call site for its one-pass gradient
 _refuse_vmap = _refusals.refuse_mapping
 
 
@@ -115,11 +119,17 @@ class OocPrim(_Refusals, PrimBase):
         consts: Consts = (),
         *,
         backward_of: Any = None,
+        one_pass: int | None = None,
     ):
         self.in_avals = tuple(in_types)
         self.out_aval = _jax_type(op.out_type(*_merge(in_types, consts, _const_type)), op.name)
         self.params = dict(
-            op=op, budget=budget, in_types=self.in_avals, consts=consts, backward_of=backward_of
+            op=op,
+            budget=budget,
+            in_types=self.in_avals,
+            consts=consts,
+            backward_of=backward_of,
+            one_pass=one_pass,
         )
         super().__init__()
 
@@ -130,13 +140,23 @@ class OocPrim(_Refusals, PrimBase):
         if op.in_memory_output and self.out_aval.shape:
             held_out = math.prod(self.out_aval.shape) * np.dtype(self.out_aval.dtype).itemsize
 
+        token = self.one_pass
+
         def run(vals: Sequence[Any]) -> Any:
             driver = Driver(tile_budget(budget, vals, out=held_out), op.name, budget)
+            if token is not None:  # the loss of a gradient: its pass computes that too
+                value = one_pass.forward(driver, op, vals[0], token)
+                if value is not None:
+                    return value
             vals = _settled(op, driver, vals)
             return op.forward(driver, *_merge(vals, consts, _const_value))
 
         def host(*vals: Any) -> tuple[Any]:
-            later = deferred(op, budget, vals, self.out_aval, lambda: run(vals))
+            later = (
+                None
+                if token is not None
+                else deferred(op, budget, vals, self.out_aval, lambda: run(vals))
+            )
             return (run(vals) if later is None else later,)
 
         (out,) = run_on_host(host, self.in_avals, (self.out_aval,), args)
@@ -151,7 +171,20 @@ class OocPrim(_Refusals, PrimBase):
             bool(nz) and is_differentiable(t.dtype) for nz, t in zip(nzs_in, self.in_avals)
         )
         check_fits(self.in_avals, self.budget, self.op.name, backward=True)
-        out = self(*args)
+        self._one_pass = None
+        if (
+            len(self.in_avals) == 1
+            and self._wants[0]
+            and isinstance(self.in_avals[0], DiskArrayType)
+            and one_pass.one_pass_reduction(self.op, len(self.in_avals[0].shape))
+        ):  # a loss: its pass computes its gradient too (`_one_pass`)
+            self._one_pass = next(_tokens)
+            prim = OocPrim(
+                self.op, self.budget, self.in_avals, self.consts, one_pass=self._one_pass
+            )
+            out = prim(*args)
+        else:
+            out = self(*args)
         return out, (args, out)
 
     def vjp_bwd_retval(self, res: Any, g: Any) -> tuple[Any, ...]:
@@ -179,7 +212,10 @@ class OocPrim(_Refusals, PrimBase):
         )
         if not any(wants):
             return tuple(_zero_like(t, z) for t, z in zip(self.in_avals, zeros))
-        prim = OocBackwardPrim(self.op, self.budget, self.in_avals, self.consts, in_type(g), wants)
+        token = getattr(self, "_one_pass", None)
+        prim = OocBackwardPrim(
+            self.op, self.budget, self.in_avals, self.consts, in_type(g), wants, token
+        )
         grads = prim(*args, out, g)
         return tuple(
             gr if w else _zero_like(t, z) for gr, w, t, z in zip(grads, wants, self.in_avals, zeros)
@@ -214,12 +250,18 @@ class OocBackwardPrim(_Refusals, PrimBase):
         consts: Consts,
         g_type: InType,
         wants: Sequence[bool],
+        one_pass: int | None = None,
     ):
         out_type = _jax_type(op.out_type(*_merge(in_types, consts, _const_type)), op.name)
         self.in_avals = (*in_types, out_type, g_type)
         self.out_aval = tuple(in_types)
         self.params = dict(
-            op=op, budget=budget, in_types=tuple(in_types), consts=consts, wants=wants
+            op=op,
+            budget=budget,
+            in_types=tuple(in_types),
+            consts=consts,
+            wants=wants,
+            one_pass=one_pass,
         )
         super().__init__()
 
@@ -230,14 +272,21 @@ class OocBackwardPrim(_Refusals, PrimBase):
         wants = _merge(self.wants, consts, lambda v, d: False)
         out_dtype = op.out_type(*_merge(self.in_types, consts, _const_type)).dtype
 
+        token = self.one_pass
+
         def host(*vals: Any) -> list[Any]:
             driver = Driver(tile_budget(budget, vals, backward=True), op.name, budget)
-            values = _settled(op, driver, vals)
-            inputs = _merge(values[:n], consts, _const_value)
-            g = values[n + 1]
+            g = vals[n + 1]
             if isinstance(g, np.ndarray) and g.dtype != out_dtype:  # a rounded 0-d one
                 g = g.astype(out_dtype)
-            grads = op.backward(driver, inputs, values[n], g, wants)
+            # gradients its loss's pass computed, or deferred: no pass (`_one_pass`)
+            grads = deferred_cotangents.backward(
+                driver, op, _merge(vals[:n], consts, _const_value), vals[n], g, wants, token
+            )
+            if grads is None:
+                values = _settled(op, driver, vals)
+                inputs = _merge(values[:n], consts, _const_value)
+                grads = op.backward(driver, inputs, values[n], g, wants)
             return [gr for pos, gr in enumerate(grads) if pos not in const_pos]
 
         return tuple(run_on_host(host, self.in_avals, self.out_aval, args))
@@ -249,6 +298,8 @@ class OocBackwardPrim(_Refusals, PrimBase):
 def _settled(op: Any, driver: Driver, values: Sequence[Any]) -> Sequence[Any]:
     """``values`` with the pending results they read computed (`_chain_readers.settle`), and
     chains written first unless ``op`` reads them as they are."""
+    if getattr(op, "takes_pending", False):  # it decides (`ops._cotangent_sum`)
+        return values
     settle(values)
     if getattr(op, "reads_through", False):
         return values

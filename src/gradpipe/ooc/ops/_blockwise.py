@@ -92,6 +92,11 @@ class Blockwise(BlockParallelOp):
         dtype = self.output_dtype(*[b.dtype for b in blocks])
         return out if out.dtype == dtype else out.astype(dtype)
 
+    def block_on(self, xp: Any, *blocks: Any) -> Any:
+        """The kernel on the array namespace ``xp`` (a fused chain's step as JAX
+        code, for the gradient of a loss in its forward pass: `_one_pass`)."""
+        return self.kernel(xp, *blocks, **dict(self.params))
+
     def chain_kernel(self, dtype: np.dtype) -> Callable[[Sequence[np.ndarray]], tuple[np.ndarray]]:
         """``forward_block`` for reads through a chain: NumPy's warnings are already
         off there and the output dtype is known, so each piece is one kernel call."""

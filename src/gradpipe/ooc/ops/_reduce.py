@@ -161,6 +161,7 @@ class Sum(Accumulation):
     waits until read, to share its pass with other sums of the same data (`_pending`)."""
 
     joins_passes = True
+    one_pass_kind = "sum"  # its gradient can be computed in its pass (`_one_pass`)
 
     @property
     def name(self) -> str:
@@ -213,6 +214,7 @@ class Mean(Sum):
     axes give NaN, as in NumPy."""
 
     count: int = 1
+    one_pass_kind = "sum"
 
     @property
     def name(self) -> str:

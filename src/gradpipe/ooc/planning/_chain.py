@@ -159,6 +159,7 @@ class ChainFile:
 
         fast = getattr(op, "chain_kernel", None)
         node = Node(op.name, inputs, regions, fast(dtype) if fast else compute, out_shape)
+        node.jax = getattr(op, "block_on", None)
         return cls(node, 0, dtype, page_shape, budget_bytes)
 
     @classmethod

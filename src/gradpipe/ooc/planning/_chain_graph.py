@@ -27,10 +27,21 @@ class Node:
     """One block map applied to its sources; ``outputs`` ChainFiles share it.
 
     ``compute(blocks)`` returns one block per output; ``regions(out_region)`` names
-    the region of each source that an output region needs.
+    the region of each source that an output region needs. ``jax``, where set, is
+    the same step on any array namespace, ``jax(xp, *blocks)`` (a JAX program of a
+    whole graph is made from it: `execution._one_pass`).
     """
 
-    __slots__ = ("__weakref__", "compute", "label", "n_outputs", "out_shape", "regions", "sources")
+    __slots__ = (
+        "__weakref__",
+        "compute",
+        "jax",
+        "label",
+        "n_outputs",
+        "out_shape",
+        "regions",
+        "sources",
+    )
 
     def __init__(
         self,
@@ -47,6 +58,7 @@ class Node:
         self.regions = regions
         self.compute = compute
         self.out_shape = tuple(out_shape)
+        self.jax: Callable[..., Any] | None = None
 
 
 class Unread:

@@ -1,0 +1,303 @@
+"""The gradient of a scalar loss computed in the pass that computes the loss.
+
+``jax.value_and_grad(lambda p: ooc.mean(ooc.square(X * p["w"] - y)))`` would read
+``X`` once for the loss and once more for each parameter's gradient. But a VJP is
+linear in its cotangent: the gradient of a sum is the sum of each tile's gradient,
+and each tile's gradient with respect to in-memory parameters needs only that tile
+and the loss's cotangent, a scalar known only later but entering as a factor. So
+when a full sum or mean of a fused chain runs forward under differentiation, its
+pass computes, tile by tile, the chain's value *and* the gradient of the tile's
+share of the loss with respect to every in-memory operand the chain reads
+(`Record`): one JAX program per tile shape, the whole graph of the chain and its
+VJP, evaluated with NumPy (`kernels._numpy_eval`). Nothing of the data's size is
+written, and the data is read once.
+
+The backward pass then needs no pass at all (`_deferred_cotangents`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import ClosedJaxpr
+
+from ..kernels import _numpy_eval
+from ..kernels._promotion import is_differentiable
+from ..planning._chain import ChainFile, is_chain
+from ..planning._chain_graph import is_chain_file
+from ..planning._chain_read import Evaluation
+from ..planning._chain_readers import settle
+from ..planning._resident import is_resident
+from ..planning._tile_plan import stage_of
+from ..planning._tile_reads import plan_steps, tile_count
+from ..storage._paged_file import Region
+from ._executor import current_executor
+
+__all__ = ["LOSS", "Record", "forward", "in_memory", "one_pass_reduction", "take_record"]
+
+#: The consumer edge of the chain a loss reduces: the loss itself.
+LOSS = (0, -1)
+
+_trace_lock = threading.Lock()
+_records: dict[int, Record] = {}  # the latest record of each call site (a token)
+_records_lock = threading.Lock()
+
+
+def one_pass_reduction(op: Any, ndim: int) -> bool:
+    """Whether ``op`` is a reduction whose forward pass can compute its gradient: a
+    plain sum or mean over every axis of an ``ndim``-d input, to a 0-d result."""
+    # asked of the class itself: a subclass computing otherwise does not inherit it
+    return (
+        "one_pass_kind" in type(op).__dict__
+        and tuple(getattr(op, "axes", ())) == tuple(range(ndim))
+        and ndim > 0
+        and not getattr(op, "keepdims", False)
+    )
+
+
+# ---------------------------------------------------------------- the graph
+
+
+@dataclasses.dataclass
+class _Graph:
+    """The unstored chains a loss reduces, sources first, and who consumes each."""
+
+    chains: list[ChainFile]
+    consumers: dict[int, set[tuple[int, int]]]
+    why_not: str | None = None
+
+
+def _graph(top: Any) -> _Graph:
+    """The chains under ``top`` (``why_not`` says why they cannot share the pass)."""
+    chains: list[ChainFile] = []
+    consumers: dict[int, set[tuple[int, int]]] = {id(top): {LOSS}}
+    seen: set[int] = set()
+
+    def visit(c: ChainFile) -> str | None:
+        if id(c) in seen:
+            return None
+        seen.add(id(c))
+        node = c.node
+        if node is None or node.jax is None or node.n_outputs != 1:
+            return f"its step {node.label if node else '?'} has no JAX form"
+        for pos, s in enumerate(node.sources):
+            if is_chain_file(s) and s.stored is None:
+                consumers.setdefault(id(s), set()).add((id(c), pos))
+                why = visit(s)
+                if why is not None:
+                    return why
+            elif getattr(s, "waits_to_be_read", False) and s.stored is None:
+                return "it reads a result that waits to be computed"
+        chains.append(c)
+        return None
+
+    why = visit(top)
+    return _Graph(chains, consumers, why)
+
+
+# ---------------------------------------------------------------- one tile
+
+
+@dataclasses.dataclass(frozen=True)
+class _Program:
+    """One tile's graph as a hashable description (equal tiles share a program):
+    the arguments' shapes and dtypes, the steps (a node's JAX form, its dtype and
+    where its inputs come from: ``("a", i)`` an argument, ``("s", j)`` a step), the
+    arguments differentiated (in-memory operands) and the reduction."""
+
+    args: tuple[tuple[tuple[int, ...], str], ...]
+    steps: tuple[tuple[Callable[..., Any], str, tuple[tuple[str, int], ...]], ...]
+    wrt: tuple[int, ...]
+    kind: str
+    acc: str
+
+
+@functools.lru_cache(maxsize=256)
+def _jaxpr(program: _Program) -> ClosedJaxpr:
+    specs = [jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in program.args]
+
+    def tile(*args: jax.Array) -> tuple[jax.Array, ...]:
+        def share(*wrt: jax.Array) -> jax.Array:
+            vals = list(args)
+            for i, v in zip(program.wrt, wrt):
+                vals[i] = v
+            steps: list[jax.Array] = []
+            for fn, dtype, refs in program.steps:
+                ins = [vals[k] if kind == "a" else steps[k] for kind, k in refs]
+                steps.append(jnp.asarray(fn(jnp, *ins)).astype(dtype))
+            return jnp.sum(steps[-1], dtype=np.dtype(program.acc))
+
+        part, pull = jax.vjp(share, *[args[i] for i in program.wrt])
+        return (part, *pull(jnp.ones_like(part)))
+
+    with _trace_lock, jax.enable_x64(True):
+        return jax.make_jaxpr(tile)(*specs)
+
+
+class _Tile:
+    """One tile's arguments and steps, gathered from the graph over its region."""
+
+    def __init__(self, top: ChainFile, region: Region, ev: Evaluation) -> None:
+        self.args: list[Any] = []
+        self.arg_keys: dict[tuple[int, Any], int] = {}
+        self.steps: list[tuple[Callable[..., Any], str, tuple[tuple[str, int], ...]]] = []
+        self.step_keys: dict[tuple[int, Any], int] = {}
+        self.wrt: list[int] = []
+        self.uses: list[tuple[ChainFile, int, Region | None]] = []
+        self.ev = ev
+        self._walk(top, region)
+
+    def _walk(self, c: ChainFile, region: Region) -> tuple[str, int]:
+        key = (id(c), _key(region))
+        if key in self.step_keys:
+            return ("s", self.step_keys[key])
+        node = c.node
+        assert node is not None and node.jax is not None
+        refs = []
+        for pos, (s, r) in enumerate(zip(node.sources, node.regions(region))):
+            if is_chain(s):
+                assert r is not None  # (a chain has a shape: it is read over a region)
+                refs.append(self._walk(s, r))
+            elif in_memory(s) and is_differentiable(s.dtype):
+                refs.append(("a", len(self.args)))  # one argument per use: its own gradient
+                self.wrt.append(len(self.args))
+                self.uses.append((c, pos, r))
+                self.args.append(s if isinstance(s, np.ndarray) else s.read(r))
+            else:
+                refs.append(("a", self._leaf(s, r)))
+        self.steps.append((node.jax, c.dtype.str, tuple(refs)))
+        self.step_keys[key] = len(self.steps) - 1
+        return ("s", len(self.steps) - 1)
+
+    def _leaf(self, s: Any, r: Region | None) -> int:
+        key = (id(s), _key(r))
+        if key not in self.arg_keys:
+            self.arg_keys[key] = len(self.args)
+            if isinstance(s, np.ndarray):
+                self.args.append(s)
+            elif is_resident(s):
+                self.args.append(s.read(r))
+            else:
+                assert r is not None or not s.shape
+                self.args.append(self.ev.block(s, r) if r is not None else s.read(None))
+        return self.arg_keys[key]
+
+    def program(self, kind: str, acc: np.dtype) -> _Program:
+        return _Program(
+            tuple((tuple(np.shape(a)), np.asarray(a).dtype.str) for a in self.args),
+            tuple(self.steps),
+            tuple(self.wrt),
+            kind,
+            acc.str,
+        )
+
+
+def in_memory(s: Any) -> bool:
+    """Whether ``s`` is an in-memory operand (a JAX parameter, or a 0-d value)."""
+    return is_resident(s) or (isinstance(s, np.ndarray) and s.shape == ())
+
+
+def _key(region: Region | None) -> Any:
+    return None if region is None else tuple((s.start, s.stop) for s in region)
+
+
+# ---------------------------------------------------------------- the record
+
+
+class Record:
+    """What a loss's pass computed besides its value: the gradient of the loss (for
+    a cotangent of 1) with respect to each in-memory operand of each chain in its
+    graph (``grads[(id(chain), position)]``), and the consumers of each chain."""
+
+    def __init__(self, top: ChainFile, graph: _Graph) -> None:
+        self.top = weakref.ref(top)
+        self.consumers = graph.consumers
+        self.grads: dict[tuple[int, int], np.ndarray] = {}
+        self._chains = {id(c): weakref.ref(c) for c in graph.chains}
+
+    def holds(self, chain: Any) -> bool:
+        ref = self._chains.get(id(chain))
+        return ref is not None and ref() is chain
+
+
+def forward(driver: Any, op: Any, top: Any, token: int, name: str = "") -> np.ndarray | None:
+    """The value of the full reduction ``op`` of the chain ``top``, with the gradient
+    of every in-memory operand of its graph recorded under ``token`` (for
+    `backward`); None where the chain cannot share its pass (then the caller runs
+    ``op`` as usual)."""
+    if not is_chain(top) or not is_differentiable(top.dtype) or top.dtype.kind == "c":
+        return None
+    if current_executor() is not None:  # a cluster's tasks run the ordinary passes
+        return None
+    settle([top])  # results waiting to be read are computed first, as before any pass
+    graph = _graph(top)
+    if graph.why_not is not None:
+        return None
+    plan = driver._plan(op, [top], "forward")
+    if not is_chain(top):  # the cost rule wrote it: nothing left to fuse
+        return None
+    acc = np.dtype(op.accumulator_dtype(top.dtype))
+    if acc.kind != "f":
+        return None
+    record = Record(top, graph)
+    shapes = [tuple(top.shape)]
+    total = np.zeros((), acc)
+    residents = [s for c in graph.chains for s in c.node.sources if is_resident(s)]  # type: ignore[union-attr]
+    out_dtype = np.dtype(op.output_dtype(top.dtype))
+    with stage_of(
+        op,
+        "value and gradient",
+        [top],
+        plan,
+        0,
+        driver._bytes_for,
+        summed=tuple(s for s in residents if is_differentiable(s.dtype)),
+    ):
+        bar = driver._bar(tile_count(plan[1], plan[2]), "value and gradient")
+        for step in plan_steps(op, shapes, plan):
+            region = step[3][0]
+            assert region is not None
+            ev = Evaluation(top, region)
+            try:
+                tile = _Tile(top, region, ev)
+                outs = _numpy_eval.evaluate(_jaxpr(tile.program(op.one_pass_kind, acc)), *tile.args)
+            finally:
+                ev.release()
+            total = total + np.asarray(outs[0], acc)
+            for (c, pos, r), grad in zip(tile.uses, outs[1:]):
+                _add(record, c, pos, r, grad)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+    for key, grad in record.grads.items():
+        record.grads[key] = np.asarray(op.finish(grad), grad.dtype)
+    with _records_lock:
+        _records[token] = record
+    return np.asarray(op.finish(total), out_dtype)
+
+
+def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: np.ndarray) -> None:
+    src = c.node.sources[pos]  # type: ignore[union-attr]
+    key = (id(c), pos)
+    acc = record.grads.get(key)
+    if acc is None:
+        acc = record.grads[key] = np.zeros(src.shape, src.dtype)
+    if region is None or not src.shape:
+        acc += np.asarray(grad, src.dtype).reshape(acc.shape)
+    else:
+        acc[region] += np.asarray(grad, src.dtype)
+
+
+def take_record(token: int) -> Record | None:
+    """The record the pass of the loss named ``token`` left (once: it is removed)."""
+    with _records_lock:
+        return _records.pop(token, None)
