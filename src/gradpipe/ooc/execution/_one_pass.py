@@ -8,8 +8,8 @@ and the loss's cotangent, a scalar known only later but entering as a factor. So
 when a full sum or mean of a fused chain runs forward under differentiation, its
 pass computes, tile by tile, the chain's value *and* the gradient of the tile's
 share of the loss with respect to every in-memory operand the chain reads
-(`Record`): one JAX program per tile shape, the whole graph of the chain and its
-VJP, evaluated with NumPy (`kernels._numpy_eval`). Nothing of the data's size is
+(`Record`): one JAX program per piece shape, the whole graph of the chain and its
+VJP, compiled by XLA for the host's CPU. Nothing of the data's size is
 written, and the data is read once.
 
 The backward pass then needs no pass at all (`_deferred_cotangents`).
@@ -29,11 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import ClosedJaxpr
 
-from ..kernels import _numpy_eval
 from ..kernels._promotion import is_differentiable
 from ..planning._chain import ChainFile, is_chain
 from ..planning._chain_graph import is_chain_file
-from ..planning._chain_read import Evaluation
+from ..planning._chain_read import Evaluation, pieces_of
 from ..planning._chain_readers import settle
 from ..planning._resident import is_resident
 from ..planning._tile_plan import stage_of
@@ -140,6 +139,33 @@ def _jaxpr(program: _Program) -> ClosedJaxpr:
 
     with _trace_lock, jax.enable_x64(True):
         return jax.make_jaxpr(tile)(*specs)
+
+
+def _run(program: _Program, args: list[Any]) -> list[np.ndarray]:
+    """One piece's share of the loss and its gradients: the program compiled by XLA
+    on the host's CPU (measured twice as fast here as evaluating it with NumPy, 0.54 s
+    against 1.05 s for 256 MiB of a five-step chain), with 64-bit types for this
+    thread, as the program was traced."""
+    with jax.enable_x64(True), jax.default_device(_cpu()):
+        return [np.asarray(o) for o in _compiled(program)(*args)]
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu() -> Any:
+    return jax.devices("cpu")[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(program: _Program) -> Callable[..., Any]:
+    closed = _jaxpr(program)
+    return jax.jit(lambda *a: jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *a))
+
+
+def _piece_elements(steps: int, dtype: np.dtype, budget: int) -> int:
+    """Elements of the pieces a tile is computed in: the program holds about one
+    block per step and two per in-memory operand (its gradient) at once, beside
+    the tile's inputs, within a quarter of the budget."""
+    return max(1024, budget // 4 // (max(8, dtype.itemsize) * (3 * steps + 4)))
 
 
 class _Tile:
@@ -262,18 +288,20 @@ def forward(driver: Any, op: Any, top: Any, token: int, name: str = "") -> np.nd
         summed=tuple(s for s in residents if is_differentiable(s.dtype)),
     ):
         bar = driver._bar(tile_count(plan[1], plan[2]), "value and gradient")
+        limit = _piece_elements(len(graph.chains), top.dtype, driver.budget.nbytes)
         for step in plan_steps(op, shapes, plan):
             region = step[3][0]
             assert region is not None
             ev = Evaluation(top, region)
             try:
-                tile = _Tile(top, region, ev)
-                outs = _numpy_eval.evaluate(_jaxpr(tile.program(op.one_pass_kind, acc)), *tile.args)
+                for piece in pieces_of(region, limit):
+                    tile = _Tile(top, piece, ev)
+                    outs = _run(tile.program(op.one_pass_kind, acc), tile.args)
+                    total = total + np.asarray(outs[0], acc)
+                    for (c, pos, r), grad in zip(tile.uses, outs[1:]):
+                        _add(record, c, pos, r, grad)
             finally:
                 ev.release()
-            total = total + np.asarray(outs[0], acc)
-            for (c, pos, r), grad in zip(tile.uses, outs[1:]):
-                _add(record, c, pos, r, grad)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
