@@ -45,14 +45,17 @@ test-fresh:
 	  rc=$$?; rm -rf "$$d"; exit $$rc
 
 # Random programs over gradpipe.ooc's namespace against jax.numpy, at nightly size
-# (tests/ooc/test_programs.py; `make test` runs a fixed few hundred). A fresh seed
+# (programs, x64-off programs, programs that write between asking and reading,
+# interrupts at every line of a write or a pass, losses whose gradient shares their
+# pass; `make test` runs a fixed few hundred). A fresh seed
 # each run unless GRADPIPE_FUZZ_SEED is given; the seed is printed to repeat a run.
 FUZZ_PROGRAMS ?= 4000
 fuzz: $(STAMP)
 	@seed=$${GRADPIPE_FUZZ_SEED:-$$(date +%s)}; echo "== $(FUZZ_PROGRAMS) random programs, GRADPIPE_FUZZ_SEED=$$seed =="; \
 	  GRADPIPE_FUZZ_SEED=$$seed GRADPIPE_PROGRAMS_PER_SHARD=$$(( $(FUZZ_PROGRAMS) / 8 )) \
 	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --timeout 0 tests/ooc/test_programs.py \
-	    tests/ooc/test_x64_off_programs.py
+	    tests/ooc/test_x64_off_programs.py tests/ooc/test_write_programs.py tests/ooc/test_interrupts.py \
+	    tests/ooc/test_one_pass.py
 
 # The site (mkdocs-material + mkdocstrings) into site/. --strict turns every warning
 # into a failure: a broken link, a missing anchor, an unresolved cross-reference.

@@ -10,6 +10,7 @@ either way the values and gradients are jax.numpy's. Random losses are the judge
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import equinox as eqx
@@ -171,9 +172,14 @@ def _random_loss(rng):
     return build
 
 
-@pytest.mark.parametrize("seed", range(12))
+#: `make fuzz` runs more (GRADPIPE_PROGRAMS_PER_SHARD) from a fresh GRADPIPE_FUZZ_SEED.
+LOSSES = max(12, int(os.environ.get("GRADPIPE_PROGRAMS_PER_SHARD", "0")))
+FIRST = int(os.environ.get("GRADPIPE_FUZZ_SEED", "100"))
+
+
+@pytest.mark.parametrize("seed", range(LOSSES))
 def test_random_losses_agree_with_jax_numpy_in_one_pass(seed):
-    rng = np.random.default_rng(100 + seed)
+    rng = np.random.default_rng(FIRST + seed)
     A, Y = _data(seed)
     build = _random_loss(rng)
     p = {
