@@ -121,6 +121,11 @@ def _quantile(original: Callable[..., Any]) -> Callable[..., Any]:
 # ---------------------------------------------------------------- grouped arithmetic
 
 
+def _chunked(obj: Any) -> bool:
+    arrays = obj.data_vars.values() if hasattr(obj, "data_vars") else [obj]
+    return any(a.chunks for a in arrays)
+
+
 def _binary_op(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def binary_op(self: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
@@ -130,6 +135,11 @@ def _binary_op(original: Callable[..., Any]) -> Callable[..., Any]:
         import xarray as xr
 
         with xr.set_options(chunk_manager="gradpipe"):
+            # moved to disk here, xarray does not chunk it by the grouped object's
+            # chunks: those of a DiskArray and of its coordinates need not agree
+            # (each is planned from the budget), which xarray would refuse
+            if isinstance(other, (xr.DataArray, xr.Dataset)) and not _chunked(other):
+                other = other.chunk(chunked_array_type="gradpipe")
             return original(self, other, *args, **kwargs)
 
     setattr(binary_op, _MARK, True)
