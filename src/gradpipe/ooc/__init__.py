@@ -88,6 +88,9 @@ _register_with_opt_einsum()  # opt_einsum.contract (xarray's xr.dot) computes ou
 
 from . import fft, linalg  # noqa: E402
 
+if "xarray" in _sys.modules:  # xarray's groupby adjusted for DiskArrays (ooc.xarray._groupby)
+    import gradpipe.ooc.xarray  # noqa: F401
+
 __array_api_version__ = "2024.12"
 """The version of the Python array API standard this namespace implements."""
 
