@@ -18,8 +18,9 @@ anomaly.to_zarr("anomaly.zarr")       # written tile by tile
 Variables opened this way read NetCDF-4/HDF5 files (through ``h5netcdf`` or
 ``netCDF4``) and zarr arrays (format 2 and 3, local or fsspec URLs) in place;
 ``DataArray.chunk(chunked_array_type="gradpipe")`` moves other data to disk.
-xarray's arithmetic, reductions over named dimensions, ``where``, selection,
-``xr.dot`` and ``weighted`` reductions, and concatenation run out of core through
+xarray's arithmetic, reductions over named dimensions (``median`` and
+``quantile`` too), ``where``, selection, grouping, ``xr.dot`` and ``weighted``
+reductions, and concatenation run out of core through
 `gradpipe.ooc`; ``.compute()``, ``.load()`` and ``.values`` read into memory
 within the `MemoryBudget` and refuse above it, naming the size.
 
@@ -33,12 +34,15 @@ What to know:
   pass ``chunked_array_type="gradpipe"`` to ``open_dataset``, ``open_zarr`` and
   ``.chunk()``, or set ``xr.set_options(chunk_manager="gradpipe")``.
 - Inside ``jax.jit`` a DiskArray is a JAX tracer. xarray's functions that dispatch
-  on the array's namespace (reductions, ``where``) reach `gradpipe.ooc`; those that
-  call NumPy on the data (``median``, ``quantile``, ``interp``,
+  on the array's namespace (reductions, ``median``, ``quantile``, ``where``) reach
+  `gradpipe.ooc`; those that call NumPy on the data (``interp``,
   ``apply_ufunc(..., dask="parallelized")``) fail as JAX fails for any traced
   value. ``xr.dot`` and ``weighted(...)`` reductions go through ``opt_einsum``
   (installed with JAX), whose backends are taught DiskArrays when `gradpipe.ooc`
   is imported (`gradpipe.ooc.ops._einsum.register_with_opt_einsum`).
+- Results on disk have NumPy-backed xarray's dtypes and values, with JAX's x64
+  flag on or off; a 0-d result is a JAX value (32-bit while x64 is off), and
+  counts are in JAX's default int (the xarray guide's "Dtypes").
 - A DataArray over a JAX array and one over a DiskArray combine with operators
   (``t * w``), but not in xarray functions that ask for one namespace for all their
   arguments (``xr.where(cond, t, w)``; ``xr.dot(t, w)`` with
