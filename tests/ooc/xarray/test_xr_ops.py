@@ -213,8 +213,6 @@ def test_more_operations(gp, ref, tmp_path, name):
 
 
 def test_what_xarray_can_only_do_in_memory_is_refused_above_the_budget(gp):
-    for op in (lambda: gp["t"].median("time"), lambda: gp["t"].quantile(0.9, "time")):
-        with SMALL, pytest.raises(MemoryError, match="more than the MemoryBudget"):
-            op()
+    # (median and quantile run out of core: tests/ooc/xarray/test_xr_x64_off.py)
     with SMALL, pytest.raises(MemoryError, match=r"apply_ufunc\(_interpnd\)"):
         gp["t"].interp(lat=[0.5, 1.5])
