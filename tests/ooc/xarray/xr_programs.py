@@ -372,7 +372,7 @@ class RoundTrip(Step):
         if x.dtype.kind == "i" and "member" in x.dims:
             return None
         path = w.tmp / f"{w.name}-{len(list(w.tmp.iterdir()))}.{self.fmt}"
-        ds = x.to_dataset(name="v")
+        ds = x.to_dataset(name="v").drop_encoding()  # (a zarr v2 source's codecs)
         open_kwargs: dict[str, Any] = {"chunks": {}, "chunked_array_type": "gradpipe"}
         if self.fmt == "zarr":
             ds.to_zarr(path, zarr_format=3, consolidated=False)
