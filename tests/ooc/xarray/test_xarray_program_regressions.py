@@ -44,6 +44,8 @@ def test_grouped_reductions_of_disk_arrays_wrapped_by_hand_stay_on_disk(imports)
         x = xr.DataArray(d, dims="time", coords={"time": time})
         m = x.groupby("time.month").mean()
         assert isinstance(m.data, ooc.DiskArray) and m.dtype == np.float64, type(m.data)
+        from gradpipe.ooc.xarray import _groupby
+        assert _groupby.installed()
         """
     )
     subprocess.run([sys.executable, "-c", program], check=True, timeout=300)

@@ -1,4 +1,4 @@
-"""Two steps of xarray's ``groupby`` and ``resample`` adjusted for DiskArrays.
+"""Two steps of xarray's ``groupby`` and ``resample``, adjusted for DiskArrays.
 
 xarray computes a grouped reduction (``t.groupby("time.month").mean()``, every
 ``resample(...)`` reduction, a grouped ``quantile``) as one reduction per group,
@@ -21,16 +21,18 @@ hold concrete DiskArrays (everything else runs xarray's code unchanged):
   xarray chunks it with its default chunk manager, dask when installed: a NumPy
   climatology expanded to every time step becomes a dask array that gradpipe then
   computes whole in memory, and a traced value fails (dask cannot hold a JAX
-  tracer: ``LinearizeTracer has no attribute _handle``). Here the operation runs
-  with gradpipe as xarray's chunk manager (``xr.set_options(chunk_manager=...)``,
-  for the call), so NumPy data is written to disk and expanded as it is read, and
-  a traced value is kept as it is (`_from_array.from_array`), as under ``jax.jit``.
+  tracer: ``LinearizeTracer has no attribute _handle``). Here NumPy data is moved
+  to disk first (so xarray does not chunk it by the grouped object's chunks, which
+  a DiskArray and its coordinates need not share) and expanded as it is read, and
+  the operation runs with gradpipe as xarray's chunk manager
+  (``xr.set_options(chunk_manager=...)``, for the call), so a traced value is kept
+  as it is (`_from_array.from_array`), as under ``jax.jit``.
 
 `install` runs when xarray loads gradpipe's chunk manager (opening or chunking data
 with ``chunked_array_type="gradpipe"``, or any call that looks chunk managers up),
-and when `gradpipe.ooc.xarray` is imported after xarray. It replaces three methods
-of xarray's groupby classes by wrappers that call the originals; a version of
-xarray without them is left alone (`installed` then says False).
+and when `gradpipe.ooc` or `gradpipe.ooc.xarray` is imported after xarray. It
+wraps four methods of xarray's groupby classes (each wrapper calls the original);
+a version of xarray without them is left alone (`installed` then says False).
 """
 
 from __future__ import annotations
