@@ -23,6 +23,7 @@ many grid points as fit). One element's axes that do not fit are refused with a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -116,6 +117,7 @@ class Quantile(CoreAxes):
         return tuple(p.get("q_shape", ())) + kept, _numpy_dtype(self, np.dtype(dtypes[0]))
 
 
+@functools.lru_cache(maxsize=1024)
 def _numpy_dtype(op: Quantile, dtype: np.dtype) -> np.dtype:
     """The dtype NumPy's function gives on ``dtype`` data; NumPy's refusal (a
     quantile of bools, which it cannot interpolate) as a `TypeError` naming it."""
