@@ -13,7 +13,7 @@ import os
 
 import jax
 import pytest
-from hypothesis import HealthCheck, given, note, seed, settings
+from programs import run_shard
 from xr_programs import check, programs
 from xrfiles import xr
 
@@ -28,20 +28,5 @@ FUZZ_SEED = os.environ.get("GRADPIPE_FUZZ_SEED")
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_random_xarray_programs_agree_with_numpy_backed_xarray(shard, x64):
     base = int(FUZZ_SEED) if FUZZ_SEED is not None else 0
-
-    @seed((base * SHARDS + shard) * 2 + x64)
-    @settings(
-        max_examples=PROGRAMS_PER_SHARD,
-        deadline=None,
-        database=None,
-        derandomize=False,
-        suppress_health_check=list(HealthCheck),
-        print_blob=True,
-    )
-    @given(programs())
-    def run(program):
-        note(str(program))
-        check(program)
-
     with jax.enable_x64(x64), xr.set_options(use_flox=False):
-        run()
+        run_shard(check, [programs()], (base * SHARDS + shard) * 2 + x64, PROGRAMS_PER_SHARD)
