@@ -47,7 +47,8 @@ test-fresh:
 # Random programs over gradpipe.ooc's namespace against jax.numpy, at nightly size
 # (programs, x64-off programs, programs that write between asking and reading,
 # interrupts at every line of a write or a pass, losses whose gradient shares their
-# pass; `make test` runs a fixed few hundred). A fresh seed
+# pass, xarray workflows against NumPy-backed xarray; `make test` runs a fixed few
+# hundred). A fresh seed
 # each run unless GRADPIPE_FUZZ_SEED is given; the seed is printed to repeat a run.
 FUZZ_PROGRAMS ?= 4000
 fuzz: $(STAMP)
@@ -55,7 +56,7 @@ fuzz: $(STAMP)
 	  GRADPIPE_FUZZ_SEED=$$seed GRADPIPE_PROGRAMS_PER_SHARD=$$(( $(FUZZ_PROGRAMS) / 8 )) \
 	  $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --timeout 0 tests/ooc/test_programs.py \
 	    tests/ooc/test_x64_off_programs.py tests/ooc/test_write_programs.py tests/ooc/test_interrupts.py \
-	    tests/ooc/test_one_pass.py
+	    tests/ooc/test_one_pass.py tests/ooc/xarray/test_xarray_programs.py
 
 # The site (mkdocs-material + mkdocstrings) into site/. --strict turns every warning
 # into a failure: a broken link, a missing anchor, an unresolved cross-reference.
