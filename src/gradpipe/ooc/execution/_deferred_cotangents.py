@@ -132,7 +132,9 @@ def merge(driver: Any, x: Any, y: Any) -> DeferredCotangent | None:
     by two steps of the graph), deferred too; None where they are not such a pair."""
     if not (isinstance(x, DeferredCotangent) and isinstance(y, DeferredCotangent)):
         return None
-    if x.record is not y.record or x.target is not y.target or x._file or y._file:
+    if x.record is not y.record or x.target is not y.target:
+        return None
+    if x._file is not None or y._file is not None:  # computed already: add them as any
         return None
     if np.asarray(x.scale) != np.asarray(y.scale) or x.edges & y.edges:
         return None

@@ -254,7 +254,7 @@ class Record:
         return ref is not None and ref() is chain
 
 
-def forward(driver: Any, op: Any, top: Any, token: int, name: str = "") -> np.ndarray | None:
+def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
     """The value of the full reduction ``op`` of the chain ``top``, with the gradient
     of every in-memory operand of its graph recorded under ``token`` (for
     `backward`); None where the chain cannot share its pass (then the caller runs

@@ -44,6 +44,7 @@ __all__ = [
 _lock = threading.Lock()
 _handles: dict[str, weakref.WeakSet[Any]] = {}
 _generations: dict[str, int] = {}
+_pruned = [256]  # how many names there were after the last pruning
 _hooks: list[Callable[[list[Any]], None]] = []
 
 
@@ -55,6 +56,12 @@ def key_of(path: str) -> str:
 def register(handle: Any, key: str) -> int:
     """Note that ``handle`` reads the file named ``key``; returns its generation."""
     with _lock:
+        if len(_handles) > 4 * _pruned[0]:
+            # forget the names no handle reads any more (the scratch files a
+            # cluster's tasks open by path would otherwise pile up)
+            for name in [k for k, v in _handles.items() if not v]:
+                del _handles[name]
+            _pruned[0] = max(256, len(_handles))
         _handles.setdefault(key, weakref.WeakSet()).add(handle)
         return _generations.get(key, 0)
 
