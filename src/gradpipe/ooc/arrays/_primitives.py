@@ -152,6 +152,10 @@ class OocPrim(_Refusals, PrimBase):
             return op.forward(driver, *_merge(vals, consts, _const_value))
 
         def host(*vals: Any) -> tuple[Any]:
+            if getattr(op, "gradient_of", None) is not None:  # a product's gradient
+                done = deferred_cotangents.product_gradient(Driver(budget, op.name), op, vals)
+                if done is not None:  # computed by its loss's pass (`_one_pass`)
+                    return (done,)
             later = (
                 None
                 if token is not None

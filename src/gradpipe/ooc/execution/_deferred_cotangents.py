@@ -29,7 +29,7 @@ from ..storage._paged_file import Region
 from ._one_pass import LOSS, Record, in_memory, take_record
 from ._pending import PendingResult
 
-__all__ = ["DeferredCotangent", "backward", "merge"]
+__all__ = ["DeferredCotangent", "backward", "merge", "product_gradient"]
 
 
 class DeferredCotangent(PendingResult):
@@ -106,6 +106,41 @@ def backward(
         else:  # a stored array's gradient (data differentiated): the ordinary pass
             grads.append(_computed(driver, op, inputs, output, g, wants, pos)())
     return grads
+
+
+def product_gradient(driver: Any, op: Any, vals: Sequence[Any]) -> Any:
+    """The backward product ``op`` of a product (``op.gradient_of`` names the
+    operand it is the gradient of, its cotangent at the same position of ``vals``)
+    from the loss's record, with no pass: the operand's recorded gradient when it is
+    in memory, a deferred cotangent when it is a chain of the loss's graph; None
+    where the record does not hold it (then the product runs as usual).
+
+    A `Contraction`'s backward is made of products applied in JAX, not of one
+    backward pass (`backward`), so they ask here."""
+    pos = op.gradient_of
+    g = vals[pos]
+    if not isinstance(g, DeferredCotangent) or not g.complete():
+        return None
+    target, record = g.target, g.record
+    node = getattr(target, "node", None)
+    if node is None or not record.holds(target) or len(node.sources) != 2:
+        return None
+    if node.sources[1 - pos] is not vals[1 - pos]:
+        return None
+    v = node.sources[pos]
+    if in_memory(v):
+        recorded = record.grads.get((id(target), pos))
+        if recorded is None or recorded.shape != tuple(v.shape):
+            return None
+        return np.asarray(recorded * g.scale, recorded.dtype)
+    if is_chain(v) and record.holds(v):
+
+        def run() -> Any:
+            return op.forward(driver, *[g.resolve() if i == pos else x for i, x in enumerate(vals)])
+
+        edge = frozenset({(id(target), pos)})
+        return DeferredCotangent(run, v, v.dtype, record, g.scale, edge)
+    return None
 
 
 def _computed(

@@ -46,14 +46,22 @@ def _page_like(
 
 def fuse(driver: _Fusing, op: Any, inputs: Sequence[Any]) -> ChainFile | None:
     """``op``'s output as a chain computed on read, when ``op`` is a block map
-    (``fusable``, no reduction axes) that reads no more than it makes; else None."""
+    (``fusable``, no reduction axes) that reads no more than it makes; else None.
+
+    An operation that is a block map for some inputs only (a product with an
+    in-memory operand: `ops._resident_product`) says so by ``as_block_map``."""
+    as_map = getattr(op, "as_block_map", None)
+    if as_map is not None and current_executor() is None:
+        op = as_map(inputs, driver.budget) or op
     if not getattr(op, "fusable", False):
         return None
     shapes = [tuple(v.shape) for v in inputs]
     out_shape = tuple(op.output_shape(*shapes))
     if not out_shape or 0 in out_shape or op.reduction_shape(*shapes):
         return None
-    if read_factor(op, shapes, out_shape) > MAX_READ_FACTOR:
+    if read_factor(op, shapes, out_shape) > MAX_READ_FACTOR and not getattr(
+        op, "reads_each_row_once", False
+    ):
         return None
     for v in inputs:
         if is_chain(v) and v.depth >= MAX_DEPTH:

@@ -32,6 +32,7 @@ from ..kernels._promotion import is_differentiable, to_primal_dtype
 from ..planning._budget import MemoryBudget
 from ..storage._paged_file import Region
 from ._contraction_in_memory import _contract_in_memory, _like
+from ._resident_product import as_block_map
 from ._contraction_labels import (
     _analyse,
     _gradient_labels,
@@ -57,6 +58,10 @@ class Contraction(BlockParallelOp):
     - `label`: the name in errors and progress bars.
     - `in_memory_output`: hold the output in memory and give it as a JAX array (the
       gradient of an in-memory parameter), not write it to disk.
+    - `gradient_of`: for the backward product of another contraction, the operand
+      (0 or 1) whose gradient this is, with the cotangent at that same position:
+      its loss's pass may have computed it already
+      (`execution._deferred_cotangents.product_gradient`).
 
     A label of size 1 in one operand and ``n`` in the other broadcasts, as in NumPy,
     unless it is summed: summed sizes must be equal. A label of one operand only,
@@ -71,6 +76,7 @@ class Contraction(BlockParallelOp):
     result_dtype: str | None = None
     label: str = "contraction"
     in_memory_output: bool = False
+    gradient_of: int | None = None
 
     @property
     def name(self) -> str:
@@ -118,6 +124,10 @@ class Contraction(BlockParallelOp):
         return region(self.a_labels, sa), region(self.b_labels, sb)
 
     # -- forward ----------------------------------------------------------------
+
+    def as_block_map(self, inputs: Any, budget: MemoryBudget) -> Any:
+        """This product as a block map for ``inputs``, or None (`_resident_product`)."""
+        return as_block_map(self, inputs, budget)
 
     def forward(self, driver: Driver, *inputs: Value) -> Value:
         """The tiled loop; with a smaller budget when blocks must be copied into
@@ -317,6 +327,7 @@ class Contraction(BlockParallelOp):
                 da.str,
                 self.label,
                 in_memory_output=type_of(a) is None,
+                gradient_of=0,
             )
             grads[0] = apply(op, g, b, budget=budget)
         if wants[1] and is_differentiable(db):
@@ -328,6 +339,7 @@ class Contraction(BlockParallelOp):
                 db.str,
                 self.label,
                 in_memory_output=type_of(b) is None,
+                gradient_of=1,
             )
             grads[1] = apply(op, a, g, budget=budget)
         return tuple(grads)
