@@ -350,14 +350,18 @@ def test_a_small_result_held_in_memory_is_sent_to_the_workers_by_value(client, r
     a, b, _ = grid_arrays(rng)
     with ooc.MemoryBudget(BUDGET):
         x = ooc.DiskArray.from_numpy(a)
-        p = x @ b[:, 0]  # 2 KiB, held in memory here (not a file the workers could open)
+        w = ooc.DiskArray.from_numpy(b[:, 0])
+        p = x @ w  # 2 KiB, held in memory here (not a file the workers could open)
         assert not p._file.on_disk
+        q = x @ b[:, 0]  # an in-memory operand: a step of a chain, computed where read
         here = value(ooc.sum(ooc.tanh(p) * x[:, 0]))
         with ooc.executor(client):
             there = value(ooc.sum(ooc.tanh(p) * x[:, 0]))
             doubled = value(p * 2.0)  # an elementwise pass whose tiles run on the workers
+            q_there = value(ooc.sum(ooc.tanh(q) * x[:, 0]))
     terms = np.abs(np.tanh(value(p)) * a[:, 0])
     assert_within(there, here, 2 * gamma(a.shape[0]) * np.sum(terms, dtype=np.float64), "sum")
+    assert_within(q_there, here, 4 * gamma(a.shape[0]) * np.sum(terms, dtype=np.float64), "sum")
     np.testing.assert_array_equal(doubled, value(p) * 2)
 
 

@@ -24,7 +24,7 @@ from . import _handles, _refusals
 from ._array import DiskArray, _is_concrete
 from ._hijax import DiskArrayType, ShapedArray, type_of
 
-__all__ = ["install", "route_jax_operators", "route_jax_primitives"]
+__all__ = ["install", "route_jax_operators", "route_jax_primitives", "stop_gradient_with"]
 
 if TYPE_CHECKING:
     from jax.extend.core import Primitive
@@ -85,6 +85,19 @@ def route_jax_operators() -> None:
 # ---------------------------------------------------------------- JAX's own primitives
 
 
+#: How a DiskArray's gradient is stopped where a program evaluates (set by
+#: `ops._elementwise`, which this layer does not import): a step of its chain that
+#: passes the values and, in a loss's own pass, stops the gradient there
+#: (`execution._one_pass`). Without it the DiskArray itself is returned.
+_stopped: Callable[[Any], Any] | None = None
+
+
+def stop_gradient_with(stopped: Callable[[Any], Any]) -> None:
+    """Make ``stopped(x)`` what `jax.lax.stop_gradient` of a DiskArray ``x`` evaluates to."""
+    global _stopped
+    _stopped = stopped
+
+
 def _passed_through(prim: Primitive) -> Callable[..., Any]:
     """An identity's rule (stop_gradient, checkpoint_name, optimization_barrier): a
     DiskArray comes out as it went in; other operands still go through ``prim``.
@@ -95,6 +108,8 @@ def _passed_through(prim: Primitive) -> Callable[..., Any]:
 
     def rule(*args: Any, **params: Any) -> Any:
         if not prim.multiple_results:
+            if prim.name == "stop_gradient" and _stopped is not None:
+                return _stopped(args[0])
             return args[0]
         others = iter(prim.bind(*[a for a in args if type_of(a) is None], **params))
         return [a if type_of(a) is not None else next(others) for a in args]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..planning._chain import is_chain
+from ..planning._resident import is_resident
 from ..storage._paged_file import Region
 from ._one_pass import LOSS, Record, in_memory, take_record
 from ._pending import PendingResult
@@ -125,7 +126,7 @@ def product_gradient(driver: Any, op: Any, vals: Sequence[Any]) -> Any:
     node = getattr(target, "node", None)
     if node is None or not record.holds(target) or len(node.sources) != 2:
         return None
-    if node.sources[1 - pos] is not vals[1 - pos]:
+    if not _same_operand(node.sources[1 - pos], vals[1 - pos]):
         return None
     v = node.sources[pos]
     if in_memory(v):
@@ -141,6 +142,17 @@ def product_gradient(driver: Any, op: Any, vals: Sequence[Any]) -> Any:
         edge = frozenset({(id(target), pos)})
         return DeferredCotangent(run, v, v.dtype, record, g.scale, edge)
     return None
+
+
+def _same_operand(a: Any, b: Any) -> bool:
+    """Whether ``b`` is the operand ``a``: the same file, or in-memory arrays of equal
+    values (a JAX parameter reaches each host call wrapped anew)."""
+    if a is b:
+        return True
+    if not (is_resident(a) and is_resident(b)):
+        return False
+    x, y = a.read(), b.read()
+    return x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y)
 
 
 def _computed(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import threading
 import weakref
 from collections.abc import Callable
@@ -75,9 +76,12 @@ class _Graph:
 
 
 def _graph(top: Any) -> _Graph:
-    """The chains under ``top`` (``why_not`` says why they cannot share the pass)."""
+    """The chains under ``top`` (``why_not`` says why they cannot share the pass).
+
+    A chain's consumers are the steps that send it a cotangent in JAX's backward
+    pass: those the loss reaches without crossing a `jax.lax.stop_gradient` (the
+    steps under one are still computed, but no cotangent flows through them)."""
     chains: list[ChainFile] = []
-    consumers: dict[int, set[tuple[int, int]]] = {id(top): {LOSS}}
     seen: set[int] = set()
 
     def visit(c: ChainFile) -> str | None:
@@ -87,9 +91,8 @@ def _graph(top: Any) -> _Graph:
         node = c.node
         if node is None or node.jax is None or node.n_outputs != 1:
             return f"its step {node.label if node else '?'} has no JAX form"
-        for pos, s in enumerate(node.sources):
-            if is_chain_file(s) and s.stored is None:
-                consumers.setdefault(id(s), set()).add((id(c), pos))
+        for s in node.sources:
+            if _unstored(s):
                 why = visit(s)
                 if why is not None:
                     return why
@@ -99,10 +102,32 @@ def _graph(top: Any) -> _Graph:
         return None
 
     why = visit(top)
+    consumers: dict[int, set[tuple[int, int]]] = {id(top): {LOSS}}
+    if why is None:
+        live: set[int] = set()
+        stack = [top]
+        while stack:
+            c = stack.pop()
+            if id(c) in live or c.node.stops_gradient:
+                continue
+            live.add(id(c))
+            for pos, s in enumerate(c.node.sources):
+                if _unstored(s):
+                    consumers.setdefault(id(s), set()).add((id(c), pos))
+                    stack.append(s)
     return _Graph(chains, consumers, why)
 
 
+def _unstored(s: Any) -> bool:
+    return is_chain_file(s) and s.stored is None
+
+
 # ---------------------------------------------------------------- one tile
+
+
+#: One step of a tile's program: the node's JAX form, its dtype, where its inputs
+#: come from and the shape of its block.
+_Step = tuple[Callable[..., Any], str, tuple[tuple[str, int], ...], tuple[int, ...]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +138,7 @@ class _Program:
     arguments differentiated (in-memory operands) and the reduction."""
 
     args: tuple[tuple[tuple[int, ...], str], ...]
-    steps: tuple[tuple[Callable[..., Any], str, tuple[tuple[str, int], ...]], ...]
+    steps: tuple[_Step, ...]
     wrt: tuple[int, ...]
     kind: str
     acc: str
@@ -129,9 +154,9 @@ def _jaxpr(program: _Program) -> ClosedJaxpr:
             for i, v in zip(program.wrt, wrt):
                 vals[i] = v
             steps: list[jax.Array] = []
-            for fn, dtype, refs in program.steps:
+            for fn, dtype, refs, shape in program.steps:
                 ins = [vals[k] if kind == "a" else steps[k] for kind, k in refs]
-                steps.append(jnp.asarray(fn(jnp, *ins)).astype(dtype))
+                steps.append(_shaped(jnp.asarray(fn(jnp, *ins)).astype(dtype), shape))
             return jnp.sum(steps[-1], dtype=np.dtype(program.acc))
 
         part, pull = jax.vjp(share, *[args[i] for i in program.wrt])
@@ -139,6 +164,17 @@ def _jaxpr(program: _Program) -> ClosedJaxpr:
 
     with _trace_lock, jax.enable_x64(True):
         return jax.make_jaxpr(tile)(*specs)
+
+
+def _shaped(block: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """``block`` as the output block of its step: a step that only drops or adds axes
+    of size 1 (a reshape, a basic index) gives its values, a broadcast its input's
+    (`Node.jax`)."""
+    if block.shape == shape:
+        return block
+    if block.size == math.prod(shape):
+        return jnp.reshape(block, shape)
+    return jnp.broadcast_to(block, shape)
 
 
 def _run(program: _Program, args: list[Any]) -> list[np.ndarray]:
@@ -174,7 +210,7 @@ class _Tile:
     def __init__(self, top: ChainFile, region: Region, ev: Evaluation) -> None:
         self.args: list[Any] = []
         self.arg_keys: dict[tuple[int, Any], int] = {}
-        self.steps: list[tuple[Callable[..., Any], str, tuple[tuple[str, int], ...]]] = []
+        self.steps: list[_Step] = []
         self.step_keys: dict[tuple[int, Any], int] = {}
         self.wrt: list[int] = []
         self.uses: list[tuple[ChainFile, int, Region | None]] = []
@@ -199,7 +235,8 @@ class _Tile:
                 self.args.append(s if isinstance(s, np.ndarray) else s.read(r))
             else:
                 refs.append(("a", self._leaf(s, r)))
-        self.steps.append((node.jax, c.dtype.str, tuple(refs)))
+        shape = tuple(s.stop - s.start for s in region)
+        self.steps.append((node.jax, c.dtype.str, tuple(refs), shape))
         self.step_keys[key] = len(self.steps) - 1
         return ("s", len(self.steps) - 1)
 

@@ -314,6 +314,13 @@ def deferred(
         return None
     if getattr(op, "fusable", False) or getattr(op, "in_memory_output", False):
         return None
+    # a block map for these inputs is a step of a chain instead (`_fusion.fuse`),
+    # unless it reads results that wait themselves: it waits with them, to join
+    # their pass
+    as_map = getattr(op, "as_block_map", None)
+    waiting = any(getattr(type(v), "waits_to_be_read", False) for v in values)
+    if as_map is not None and not waiting and as_map(values, budget) is not None:
+        return None
     dtype = np.dtype(out_type.dtype)
     if not 0 < math.prod(shape) * dtype.itemsize <= budget.nbytes * SMALL_SHARE:
         return None

@@ -18,6 +18,7 @@ from . import (
     _searching,
     _sorting,
     _statistics,
+    _stop_gradient,  # noqa: F401  (jax.lax.stop_gradient of a DiskArray: a step)
     _take,
 )
 from ._creation import *  # noqa: F403

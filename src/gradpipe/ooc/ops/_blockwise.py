@@ -68,6 +68,11 @@ class Blockwise(BlockParallelOp):
     def name(self) -> str:
         return self.label
 
+    @property
+    def stops_gradient(self) -> bool:
+        """Whether this is `jax.lax.stop_gradient` of a DiskArray (`_one_pass` asks)."""
+        return bool(getattr(self.kernel, "stops_gradient", False))
+
     def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         try:
             return tuple(np.broadcast_shapes(*shapes))

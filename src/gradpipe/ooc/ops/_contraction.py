@@ -32,7 +32,6 @@ from ..kernels._promotion import is_differentiable, to_primal_dtype
 from ..planning._budget import MemoryBudget
 from ..storage._paged_file import Region
 from ._contraction_in_memory import _contract_in_memory, _like
-from ._resident_product import as_block_map
 from ._contraction_labels import (
     _analyse,
     _gradient_labels,
@@ -40,6 +39,7 @@ from ._contraction_labels import (
     _Layout,
     _shape_dtype,
 )
+from ._resident_product import as_block_map
 
 __all__ = ["Contraction"]
 

@@ -29,6 +29,7 @@ class Max(Reduction):
     """Maximum over ``axes``; the gradient is shared equally among tied maxima, as in JAX."""
 
     backward_uses_output = True
+    row_kind = "max"  # over short axes of parameters' chain, a block map (`_row_reduction`)
 
     @property
     def name(self) -> str:
@@ -67,6 +68,8 @@ class Max(Reduction):
 @frozen
 class Min(Max):
     """Minimum over ``axes``; the gradient is shared equally among tied minima, as in JAX."""
+
+    row_kind = "min"
 
     @property
     def name(self) -> str:

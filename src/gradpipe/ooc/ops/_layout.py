@@ -48,6 +48,10 @@ class Transpose(BlockParallelOp):
     def forward_block(self, x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.transpose(x, self.axes))
 
+    def block_on(self, xp: Any, x: Any) -> Any:
+        """The step on JAX arrays (`execution._one_pass`)."""
+        return xp.transpose(x, self.axes)
+
     def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         return (np.ascontiguousarray(np.transpose(g, np.argsort(self.axes))),)
 
@@ -112,6 +116,12 @@ class GetItem(BlockParallelOp):
         steps = tuple(slice(None, None, 1 if d else k) for k, d in zip(self.step, self.drop))
         index: tuple[Any, ...] = (*steps, Ellipsis)
         return x[index]  # a view, even of a 0-d block
+
+    def block_on(self, xp: Any, x: Any) -> Any:
+        """The selected values, which `execution._one_pass` reshapes to the output's
+        block (dropped and new axes are of size 1)."""
+        steps = tuple(slice(None, None, 1 if d else k) for k, d in zip(self.step, self.drop))
+        return x[steps] if steps else x
 
     def forward_into(self, out: np.ndarray, x: np.ndarray, accumulate: bool) -> None:
         if out.size:

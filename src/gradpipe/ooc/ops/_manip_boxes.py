@@ -9,6 +9,8 @@ in reverse (a broadcast's sums over the axes it broadcast along).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..arrays._op import BlockParallelOp, frozen
@@ -46,6 +48,10 @@ class Flip(BlockParallelOp):
     def forward_block(self, x: np.ndarray) -> np.ndarray:
         return np.flip(x, self.axes).copy()
 
+    def block_on(self, xp: Any, x: Any) -> Any:
+        """The step on JAX arrays (`execution._one_pass`)."""
+        return xp.flip(x, self.axes) if self.axes and np.ndim(x) else x
+
     def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         return (np.flip(g, self.axes).copy(),)
 
@@ -82,6 +88,11 @@ class UnitAxes(BlockParallelOp):
     def forward_into(self, out: np.ndarray, x: np.ndarray, accumulate: bool) -> None:
         out[...] = x.reshape(out.shape)
 
+    def block_on(self, xp: Any, x: Any) -> Any:
+        """The block's values, which `execution._one_pass` reshapes to the output's
+        block (only axes of size 1 differ)."""
+        return x
+
     def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         return (np.asarray(g).reshape(x.shape),)
 
@@ -111,6 +122,11 @@ class BroadcastTo(BlockParallelOp):
 
     def forward_into(self, out: np.ndarray, x: np.ndarray, accumulate: bool) -> None:
         out[...] = x
+
+    def block_on(self, xp: Any, x: Any) -> Any:
+        """The block's values, which `execution._one_pass` broadcasts to the output's
+        block."""
+        return x
 
     def backward_block(self, g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray]:
         g = np.asarray(g)

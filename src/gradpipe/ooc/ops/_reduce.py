@@ -26,8 +26,10 @@ from ..arrays._op import BlockParallelOp, apply, frozen
 from ..execution._driver import Driver, Value
 from ..kernels._promotion import canonical_dtype, is_differentiable, to_primal_dtype
 from ..kernels._x64 import accumulation_dtype
+from ..planning._budget import MemoryBudget
 from ..storage._paged_file import Region
 from ._arg_types import BudgetLike
+from ._row_reduction import as_block_map as row_block_map
 
 __all__ = ["Logical", "Mean", "Sum", "all", "any", "mean", "sum"]
 
@@ -104,6 +106,10 @@ class Reduction(BlockParallelOp):
                 region.append(next(out_it))
         return (tuple(region), *[out_r if sm else None for sm in small])
 
+    def as_block_map(self, inputs: Sequence[Any], budget: MemoryBudget) -> Any:
+        """This reduction as a block map for ``inputs``, or None (`_row_reduction`)."""
+        return row_block_map(self, inputs, budget)
+
     def _expand(self, g: np.ndarray, ndim: int) -> np.ndarray:
         """``g`` with the reduced axes put back (as size 1) for broadcasting."""
         g = np.asarray(g)
@@ -162,6 +168,7 @@ class Sum(Accumulation):
 
     joins_passes = True
     one_pass_kind = "sum"  # its gradient can be computed in its pass (`_one_pass`)
+    row_kind = "sum"  # over short axes of parameters' chain, a block map (`_row_reduction`)
 
     @property
     def name(self) -> str:
@@ -215,6 +222,7 @@ class Mean(Sum):
 
     count: int = 1
     one_pass_kind = "sum"
+    row_kind = "mean"
 
     @property
     def name(self) -> str:

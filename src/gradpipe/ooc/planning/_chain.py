@@ -160,6 +160,7 @@ class ChainFile:
         fast = getattr(op, "chain_kernel", None)
         node = Node(op.name, inputs, regions, fast(dtype) if fast else compute, out_shape)
         node.jax = getattr(op, "block_on", None)
+        node.stops_gradient = bool(getattr(op, "stops_gradient", False))
         return cls(node, 0, dtype, page_shape, budget_bytes)
 
     @classmethod

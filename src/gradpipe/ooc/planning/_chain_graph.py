@@ -29,7 +29,10 @@ class Node:
     ``compute(blocks)`` returns one block per output; ``regions(out_region)`` names
     the region of each source that an output region needs. ``jax``, where set, is
     the same step on any array namespace, ``jax(xp, *blocks)`` (a JAX program of a
-    whole graph is made from it: `execution._one_pass`).
+    whole graph is made from it: `execution._one_pass`); a step that only moves
+    values (a reshape, a broadcast) may give its block's values in another shape
+    of as many elements, or its input to be broadcast. ``stops_gradient``: the step
+    is `jax.lax.stop_gradient` (no cotangent flows through it).
     """
 
     __slots__ = (
@@ -41,6 +44,7 @@ class Node:
         "out_shape",
         "regions",
         "sources",
+        "stops_gradient",
     )
 
     def __init__(
@@ -59,6 +63,7 @@ class Node:
         self.compute = compute
         self.out_shape = tuple(out_shape)
         self.jax: Callable[..., Any] | None = None
+        self.stops_gradient = False
 
 
 class Unread:
