@@ -3,22 +3,26 @@ computed its gradient (`_one_pass`).
 
 JAX calls each operation's backward in turn. After a loss's one-pass forward, each
 gets, instead of a computed cotangent, a `DeferredCotangent`: a promise, computed
-only if something reads it, tagged with what it stands for (the loss's record,
-the chain it is the cotangent of, the scalar cotangent of the loss, and which
-consumers' shares it holds). An operation whose output's cotangent is complete
-(every consumer of the chain in the loss's graph has contributed, and nothing else
-has) returns its in-memory operands' gradients from the record, scaled by the
-loss's cotangent, and deferred cotangents for its other inputs. JAX adds the
-cotangents of a chain read twice (`merge`): a sum of deferred cotangents of the
-same chain and record is deferred too; anything else is computed.
+only if something reads it, tagged with the chain it is the cotangent of and its
+shares (`Share`: a loss's record, the scalar cotangent of that loss, and which
+consumers in that loss's graph have contributed). An operation whose output's
+cotangent is complete (in every share's graph, every consumer of the chain has
+contributed, and nothing else has) returns its in-memory operands' gradients from
+the records, each scaled by its loss's cotangent and summed, and deferred
+cotangents for its other inputs. JAX adds the cotangents of a chain read twice
+(`merge`): a sum of deferred cotangents of the same chain is deferred too, its
+shares joined, whether they come from one loss or from two (``tanh(y - mean(y))``
+sums over ``y`` twice: once for the mean, once for the loss); anything else is
+computed.
 
 Whenever one of those conditions fails, the deferred cotangents are computed by the
 ordinary backward passes, which is never wrong, only slower: a chain also used
-outside the loss, a loss of two reductions of one chain, data differentiated.
+outside the losses, data differentiated.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,39 +34,64 @@ from ..storage._paged_file import Region
 from ._one_pass import LOSS, Record, in_memory, take_record
 from ._pending import PendingResult
 
-__all__ = ["DeferredCotangent", "backward", "merge", "product_gradient"]
+__all__ = ["DeferredCotangent", "Share", "backward", "merge", "product_gradient"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """One loss's share of a deferred cotangent: ``scale`` times the gradient of
+    ``record``'s loss that reaches the target through the consumer edges ``edges``."""
+
+    record: Record
+    scale: np.ndarray
+    edges: frozenset[tuple[int, int]]
+
+    def complete(self, target: Any) -> bool:
+        return self.edges == frozenset(self.record.consumers.get(id(target), ()))
 
 
 class DeferredCotangent(PendingResult):
-    """The cotangent of ``target`` (a chain of ``record``'s graph): ``scale`` times
-    the share of the loss's gradient that reaches it through the consumer edges
-    ``edges``; computed by the ordinary backward passes only if something reads it."""
+    """The cotangent of ``target`` (a chain of each share's graph): the sum of its
+    ``shares``, one per loss whose pass recorded its gradient (a program of two
+    losses over one chain has two); computed by the ordinary backward passes only
+    if something reads it."""
 
     def __init__(
-        self,
-        run: Callable[[], Any],
-        target: Any,
-        dtype: Any,
-        record: Record,
-        scale: np.ndarray,
-        edges: frozenset[tuple[int, int]],
+        self, run: Callable[[], Any], target: Any, dtype: Any, shares: tuple[Share, ...]
     ) -> None:
         super().__init__(run, target.shape, dtype, target.page_shape)
         self.target = target
-        self.record = record
-        self.scale = scale
-        self.edges = edges
+        self.shares = shares
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         f = self.resolve()  # any computed file: a constant takes no ``out``
         return f.read(region) if out is None else f.read(region, out)
 
     def complete(self) -> bool:
-        """Whether this is the whole cotangent of its target: every consumer of it in
-        the loss's graph has contributed."""
-        return self._file is None and self.edges == frozenset(
-            self.record.consumers.get(id(self.target), ())
-        )
+        """Whether this is the whole cotangent of its target: in each loss's graph,
+        every consumer of it has contributed."""
+        return self._file is None and all(s.complete(self.target) for s in self.shares)
+
+    def holds(self, chain: Any) -> bool:
+        """Whether every loss's record holds ``chain``."""
+        return all(s.record.holds(chain) for s in self.shares)
+
+    def recorded(self, key: tuple[int, int], shape: tuple[int, ...]) -> np.ndarray | None:
+        """The in-memory operand ``key``'s gradient: each loss's recorded one times its
+        scale, summed; None where one of them did not record it."""
+        total = None
+        for s in self.shares:
+            g = s.record.grads.get(key)
+            if g is None or g.shape != shape:
+                return None
+            part = np.asarray(g * s.scale, g.dtype)
+            total = part if total is None else total + part
+        return total
+
+    def passed_to(self, run: Callable[[], Any], source: Any, edge: tuple[int, int]) -> Any:
+        """The deferred cotangent of ``source``, reached through ``edge`` from this one."""
+        shares = tuple(Share(s.record, s.scale, frozenset({edge})) for s in self.shares)
+        return DeferredCotangent(run, source, source.dtype, shares)
 
 
 def backward(
@@ -85,25 +114,24 @@ def backward(
             return None
         top = inputs[0]
         run = _computed(driver, op, inputs, output, g, wants, 0)
-        return [DeferredCotangent(run, top, top.dtype, record, seed, frozenset({LOSS}))]
+        share = Share(record, seed, frozenset({LOSS}))
+        return [DeferredCotangent(run, top, top.dtype, (share,))]
     if not isinstance(g, DeferredCotangent) or not g.complete() or g.target is not output:
         return None
-    record, seed = g.record, g.scale
-    if not record.holds(output):
+    if not g.holds(output):
         return None
     grads: list[Any] = []
     for pos, (v, w) in enumerate(zip(inputs, wants)):
         if not w:
             grads.append(None)
         elif in_memory(v):
-            recorded = record.grads.get((id(output), pos))
+            recorded = g.recorded((id(output), pos), tuple(v.shape))
             if recorded is None:
                 return None
-            grads.append(np.asarray(recorded * seed, recorded.dtype))
-        elif is_chain(v) and record.holds(v):
+            grads.append(recorded)
+        elif is_chain(v) and g.holds(v):
             run = _computed(driver, op, inputs, output, g, wants, pos)
-            edge = frozenset({(id(output), pos)})
-            grads.append(DeferredCotangent(run, v, v.dtype, record, seed, edge))
+            grads.append(g.passed_to(run, v, (id(output), pos)))
         else:  # a stored array's gradient (data differentiated): the ordinary pass
             grads.append(_computed(driver, op, inputs, output, g, wants, pos)())
     return grads
@@ -112,9 +140,9 @@ def backward(
 def product_gradient(driver: Any, op: Any, vals: Sequence[Any]) -> Any:
     """The backward product ``op`` of a product (``op.gradient_of`` names the
     operand it is the gradient of, its cotangent at the same position of ``vals``)
-    from the loss's record, with no pass: the operand's recorded gradient when it is
-    in memory, a deferred cotangent when it is a chain of the loss's graph; None
-    where the record does not hold it (then the product runs as usual).
+    from the losses' records, with no pass: the operand's recorded gradient when it
+    is in memory, a deferred cotangent when it is a chain of the losses' graphs;
+    None where the records do not hold it (then the product runs as usual).
 
     A `Contraction`'s backward is made of products applied in JAX, not of one
     backward pass (`backward`), so they ask here."""
@@ -122,25 +150,21 @@ def product_gradient(driver: Any, op: Any, vals: Sequence[Any]) -> Any:
     g = vals[pos]
     if not isinstance(g, DeferredCotangent) or not g.complete():
         return None
-    target, record = g.target, g.record
+    target = g.target
     node = getattr(target, "node", None)
-    if node is None or not record.holds(target) or len(node.sources) != 2:
+    if node is None or not g.holds(target) or len(node.sources) != 2:
         return None
     if not _same_operand(node.sources[1 - pos], vals[1 - pos]):
         return None
     v = node.sources[pos]
     if in_memory(v):
-        recorded = record.grads.get((id(target), pos))
-        if recorded is None or recorded.shape != tuple(v.shape):
-            return None
-        return np.asarray(recorded * g.scale, recorded.dtype)
-    if is_chain(v) and record.holds(v):
+        return g.recorded((id(target), pos), tuple(v.shape))
+    if is_chain(v) and g.holds(v):
 
         def run() -> Any:
             return op.forward(driver, *[g.resolve() if i == pos else x for i, x in enumerate(vals)])
 
-        edge = frozenset({(id(target), pos)})
-        return DeferredCotangent(run, v, v.dtype, record, g.scale, edge)
+        return g.passed_to(run, v, (id(target), pos))
     return None
 
 
@@ -175,21 +199,27 @@ def _computed(
 
 
 def merge(driver: Any, x: Any, y: Any) -> DeferredCotangent | None:
-    """The sum of two deferred cotangents of the same chain and loss (a chain read
-    by two steps of the graph), deferred too; None where they are not such a pair."""
+    """The sum of two deferred cotangents of the same chain (a chain read by two
+    steps of a loss's graph, or by two losses), deferred too; None where they are
+    not such a pair."""
     if not (isinstance(x, DeferredCotangent) and isinstance(y, DeferredCotangent)):
         return None
-    if x.record is not y.record or x.target is not y.target:
-        return None
-    if x._file is not None or y._file is not None:  # computed already: add them as any
-        return None
-    if np.asarray(x.scale) != np.asarray(y.scale) or x.edges & y.edges:
-        return None
+    if x.target is not y.target or x._file is not None or y._file is not None:
+        return None  # (computed already: add them as any)
+    shares = {id(s.record): s for s in x.shares}
+    for s in y.shares:
+        mine = shares.get(id(s.record))
+        if mine is None:
+            shares[id(s.record)] = s
+        elif np.asarray(mine.scale) != np.asarray(s.scale) or mine.edges & s.edges:
+            return None
+        else:
+            shares[id(s.record)] = Share(s.record, s.scale, mine.edges | s.edges)
 
     def run() -> Any:
         return driver.forward(_Add(), [x.resolve(), y.resolve()])
 
-    return DeferredCotangent(run, x.target, x.dtype, x.record, x.scale, x.edges | y.edges)
+    return DeferredCotangent(run, x.target, x.dtype, tuple(shares.values()))
 
 
 class _Add:

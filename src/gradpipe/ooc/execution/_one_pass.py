@@ -149,7 +149,7 @@ def _jaxpr(program: _Program) -> ClosedJaxpr:
     specs = [jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in program.args]
 
     def tile(*args: jax.Array) -> tuple[jax.Array, ...]:
-        def share(*wrt: jax.Array) -> jax.Array:
+        def block(*wrt: jax.Array) -> jax.Array:
             vals = list(args)
             for i, v in zip(program.wrt, wrt):
                 vals[i] = v
@@ -157,10 +157,18 @@ def _jaxpr(program: _Program) -> ClosedJaxpr:
             for fn, dtype, refs, shape in program.steps:
                 ins = [vals[k] if kind == "a" else steps[k] for kind, k in refs]
                 steps.append(_shaped(jnp.asarray(fn(jnp, *ins)).astype(dtype), shape))
-            return jnp.sum(steps[-1], dtype=np.dtype(program.acc))
+            return steps[-1]
 
-        part, pull = jax.vjp(share, *[args[i] for i in program.wrt])
-        return (part, *pull(jnp.ones_like(part)))
+        wrt = [args[i] for i in program.wrt]
+        if program.kind == "sum":
+            part, pull = jax.vjp(lambda *w: jnp.sum(block(*w), dtype=np.dtype(program.acc)), *wrt)
+            return (part, *pull(jnp.ones_like(part)))
+        # an extremum: the tile's, how many elements tie for it, and the gradient of
+        # their sum (JAX shares an extremum's gradient equally among its ties)
+        values, pull = jax.vjp(block, *wrt)
+        best = jnp.max(values) if program.kind == "max" else jnp.min(values)
+        ties = values == best
+        return (best, jnp.sum(ties, dtype=np.dtype(program.acc)), *pull(ties.astype(values.dtype)))
 
     with _trace_lock, jax.enable_x64(True):
         return jax.make_jaxpr(tile)(*specs)
@@ -307,7 +315,8 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
     plan = driver._plan(op, [top], "forward")
     if not is_chain(top):  # the cost rule wrote it: nothing left to fuse
         return None
-    acc = np.dtype(op.accumulator_dtype(top.dtype))
+    kind = op.one_pass_kind
+    acc = np.dtype(op.accumulator_dtype(top.dtype) if kind == "sum" else np.float64)
     if acc.kind != "f":
         return None
     if not any(
@@ -318,7 +327,7 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
         return None
     record = Record(top, graph)
     shapes = [tuple(top.shape)]
-    total = np.zeros((), acc)
+    fold = _Fold(kind, acc, record)
     residents = [s for c in graph.chains for s in c.node.sources if is_resident(s)]  # type: ignore[union-attr]
     out_dtype = np.dtype(op.output_dtype(top.dtype))
     with stage_of(
@@ -339,21 +348,62 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
             try:
                 for piece in pieces_of(region, limit):
                     tile = _Tile(top, piece, ev)
-                    outs = _run(tile.program(op.one_pass_kind, acc), tile.args)
-                    total = total + np.asarray(outs[0], acc)
-                    for (c, pos, r), grad in zip(tile.uses, outs[1:]):
-                        _add(record, c, pos, r, grad)
+                    fold.add(tile.uses, _run(tile.program(kind, acc), tile.args))
             finally:
                 ev.release()
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
-    for key, grad in record.grads.items():
-        record.grads[key] = np.asarray(op.finish(grad), grad.dtype)
+    value = fold.finish(getattr(op, "finish", None))
     with _records_lock:
         _records[token] = record
-    return np.asarray(op.finish(total), out_dtype)
+    return np.asarray(value, out_dtype)
+
+
+class _Fold:
+    """The tiles' shares of the loss and of its gradients, folded as they come: a
+    sum adds them; an extremum keeps the best tile's, adding those of tiles that tie
+    with it, and divides the gradients by the number of tied elements at the end
+    (JAX's share of an extremum's gradient). A NaN extremum stays, with no ties."""
+
+    def __init__(self, kind: str, acc: np.dtype, record: Record) -> None:
+        self.kind, self.record = kind, record
+        self.value: Any = np.zeros((), acc) if kind == "sum" else None
+        self.ties = np.zeros((), acc)
+
+    def add(self, uses: list[tuple[ChainFile, int, Region | None]], outs: list[Any]) -> None:
+        if self.kind == "sum":
+            self.value = self.value + np.asarray(outs[0], self.value.dtype)
+            grads = outs[1:]
+        else:
+            best, ties, grads = outs[0], outs[1], outs[2:]
+            if self.value is not None and np.isnan(self.value):
+                return
+            if np.isnan(best) or self.value is None or self._beats(best, self.value):
+                self.record.grads.clear()  # a new extremum: the earlier ties are not
+                self.value, self.ties = best, np.zeros((), self.ties.dtype)
+            elif best != self.value:
+                return
+            self.ties = self.ties + ties
+        for (c, pos, r), grad in zip(uses, grads):
+            _add(self.record, c, pos, r, grad)
+
+    def _beats(self, a: Any, b: Any) -> bool:
+        return bool(a > b) if self.kind == "max" else bool(a < b)
+
+    def finish(self, finish: Callable[[Any], Any] | None) -> Any:
+        grads = self.record.grads
+        for key, grad in grads.items():
+            if self.kind != "sum":
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    grad = grad / self.ties
+            elif finish is not None:
+                grad = finish(grad)
+            grads[key] = np.asarray(grad, grads[key].dtype)
+        if self.kind == "sum" and finish is not None:
+            return finish(self.value)
+        return self.value
 
 
 def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: np.ndarray) -> None:

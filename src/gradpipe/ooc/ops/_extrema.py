@@ -29,6 +29,7 @@ class Max(Reduction):
     """Maximum over ``axes``; the gradient is shared equally among tied maxima, as in JAX."""
 
     backward_uses_output = True
+    one_pass_kind = "max"  # its gradient can be computed in its pass (`_one_pass`)
     row_kind = "max"  # over short axes of parameters' chain, a block map (`_row_reduction`)
 
     @property
@@ -69,6 +70,7 @@ class Max(Reduction):
 class Min(Max):
     """Minimum over ``axes``; the gradient is shared equally among tied minima, as in JAX."""
 
+    one_pass_kind = "min"
     row_kind = "min"
 
     @property
