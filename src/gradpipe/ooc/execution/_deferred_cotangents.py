@@ -31,7 +31,8 @@ import numpy as np
 from ..planning._chain import is_chain
 from ..planning._resident import is_resident
 from ..storage._paged_file import Region
-from ._one_pass import LOSS, Record, in_memory, take_record
+from ._loss_record import LOSS, Record, take_record
+from ._one_pass import in_memory
 from ._pending import PendingResult
 
 __all__ = ["DeferredCotangent", "Share", "backward", "merge", "product_gradient"]

@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import math
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -40,15 +39,11 @@ from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._paged_file import Region
 from ._executor import current_executor
+from ._loss_record import LOSS, Fold, Record, keep_record
 
-__all__ = ["LOSS", "Record", "forward", "in_memory", "one_pass_reduction", "take_record"]
-
-#: The consumer edge of the chain a loss reduces: the loss itself.
-LOSS = (0, -1)
+__all__ = ["forward", "in_memory", "one_pass_reduction"]
 
 _trace_lock = threading.Lock()
-_records: dict[int, Record] = {}  # the latest record of each call site (a token)
-_records_lock = threading.Lock()
 
 
 def one_pass_reduction(op: Any, ndim: int) -> bool:
@@ -280,25 +275,6 @@ def _key(region: Region | None) -> Any:
     return None if region is None else tuple((s.start, s.stop) for s in region)
 
 
-# ---------------------------------------------------------------- the record
-
-
-class Record:
-    """What a loss's pass computed besides its value: the gradient of the loss (for
-    a cotangent of 1) with respect to each in-memory operand of each chain in its
-    graph (``grads[(id(chain), position)]``), and the consumers of each chain."""
-
-    def __init__(self, top: ChainFile, graph: _Graph) -> None:
-        self.top = weakref.ref(top)
-        self.consumers = graph.consumers
-        self.grads: dict[tuple[int, int], np.ndarray] = {}
-        self._chains = {id(c): weakref.ref(c) for c in graph.chains}
-
-    def holds(self, chain: Any) -> bool:
-        ref = self._chains.get(id(chain))
-        return ref is not None and ref() is chain
-
-
 def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
     """The value of the full reduction ``op`` of the chain ``top``, with the gradient
     of every in-memory operand of its graph recorded under ``token`` (for
@@ -325,9 +301,9 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
         for s in c.node.sources  # type: ignore[union-attr]
     ):  # nothing in memory to differentiate: the ordinary passes lose nothing
         return None
-    record = Record(top, graph)
+    record = Record(top, graph.chains, graph.consumers)
     shapes = [tuple(top.shape)]
-    fold = _Fold(kind, acc, record)
+    fold = Fold(kind, acc, record)
     residents = [s for c in graph.chains for s in c.node.sources if is_resident(s)]  # type: ignore[union-attr]
     out_dtype = np.dtype(op.output_dtype(top.dtype))
     with stage_of(
@@ -356,69 +332,5 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
         if bar is not None:
             bar.close()
     value = fold.finish(getattr(op, "finish", None))
-    with _records_lock:
-        _records[token] = record
+    keep_record(token, record)
     return np.asarray(value, out_dtype)
-
-
-class _Fold:
-    """The tiles' shares of the loss and of its gradients, folded as they come: a
-    sum adds them; an extremum keeps the best tile's, adding those of tiles that tie
-    with it, and divides the gradients by the number of tied elements at the end
-    (JAX's share of an extremum's gradient). A NaN extremum stays, with no ties."""
-
-    def __init__(self, kind: str, acc: np.dtype, record: Record) -> None:
-        self.kind, self.record = kind, record
-        self.value: Any = np.zeros((), acc) if kind == "sum" else None
-        self.ties = np.zeros((), acc)
-
-    def add(self, uses: list[tuple[ChainFile, int, Region | None]], outs: list[Any]) -> None:
-        if self.kind == "sum":
-            self.value = self.value + np.asarray(outs[0], self.value.dtype)
-            grads = outs[1:]
-        else:
-            best, ties, grads = outs[0], outs[1], outs[2:]
-            if self.value is not None and np.isnan(self.value):
-                return
-            if np.isnan(best) or self.value is None or self._beats(best, self.value):
-                self.record.grads.clear()  # a new extremum: the earlier ties are not
-                self.value, self.ties = best, np.zeros((), self.ties.dtype)
-            elif best != self.value:
-                return
-            self.ties = self.ties + ties
-        for (c, pos, r), grad in zip(uses, grads):
-            _add(self.record, c, pos, r, grad)
-
-    def _beats(self, a: Any, b: Any) -> bool:
-        return bool(a > b) if self.kind == "max" else bool(a < b)
-
-    def finish(self, finish: Callable[[Any], Any] | None) -> Any:
-        grads = self.record.grads
-        for key, grad in grads.items():
-            if self.kind != "sum":
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    grad = grad / self.ties
-            elif finish is not None:
-                grad = finish(grad)
-            grads[key] = np.asarray(grad, grads[key].dtype)
-        if self.kind == "sum" and finish is not None:
-            return finish(self.value)
-        return self.value
-
-
-def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: np.ndarray) -> None:
-    src = c.node.sources[pos]  # type: ignore[union-attr]
-    key = (id(c), pos)
-    acc = record.grads.get(key)
-    if acc is None:
-        acc = record.grads[key] = np.zeros(src.shape, src.dtype)
-    if region is None or not src.shape:
-        acc += np.asarray(grad, src.dtype).reshape(acc.shape)
-    else:
-        acc[region] += np.asarray(grad, src.dtype)
-
-
-def take_record(token: int) -> Record | None:
-    """The record the pass of the loss named ``token`` left (once: it is removed)."""
-    with _records_lock:
-        return _records.pop(token, None)

@@ -68,7 +68,7 @@ class ResidentProduct:
         self, out_r: Region, red_r: Region, sa: tuple[int, ...], sb: tuple[int, ...]
     ) -> tuple[Region | None, Region | None]:
         whole = tuple(slice(0, n) for n in self.product.reduction_shape(sa, sb))
-        return tuple(self.product.index_map(out_r, whole, sa, sb))  # type: ignore[return-value]
+        return tuple(self.product.index_map(out_r, whole, sa, sb))
 
     def forward_block(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.asarray(self.product.forward_block(a, b))

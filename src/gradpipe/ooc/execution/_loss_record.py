@@ -1,0 +1,115 @@
+"""What a loss's own pass records besides its value (`_one_pass`): the gradient of
+the loss with respect to each in-memory operand of its graph, folded tile by tile
+(`Fold`), kept under the loss's token until its backward pass takes it
+(`take_record`, read by `_deferred_cotangents`).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..planning._chain import ChainFile
+from ..storage._paged_file import Region
+
+__all__ = ["LOSS", "Fold", "Record", "keep_record", "take_record"]
+
+#: The consumer edge of the chain a loss reduces: the loss itself.
+LOSS = (0, -1)
+
+_records: dict[int, Record] = {}  # the latest record of each call site (a token)
+_records_lock = threading.Lock()
+
+
+class Record:
+    """What a loss's pass computed besides its value: the gradient of the loss (for
+    a cotangent of 1) with respect to each in-memory operand of each chain in its
+    graph (``grads[(id(chain), position)]``), and the consumers of each chain."""
+
+    def __init__(
+        self,
+        top: ChainFile,
+        chains: list[ChainFile],
+        consumers: dict[int, set[tuple[int, int]]],
+    ) -> None:
+        self.top = weakref.ref(top)
+        self.consumers = consumers
+        self.grads: dict[tuple[int, int], np.ndarray] = {}
+        self._chains = {id(c): weakref.ref(c) for c in chains}
+
+    def holds(self, chain: Any) -> bool:
+        ref = self._chains.get(id(chain))
+        return ref is not None and ref() is chain
+
+
+class Fold:
+    """The tiles' shares of the loss and of its gradients, folded as they come: a
+    sum adds them; an extremum keeps the best tile's, adding those of tiles that tie
+    with it, and divides the gradients by the number of tied elements at the end
+    (JAX's share of an extremum's gradient). A NaN extremum stays, with no ties."""
+
+    def __init__(self, kind: str, acc: np.dtype, record: Record) -> None:
+        self.kind, self.record = kind, record
+        self.value: Any = np.zeros((), acc) if kind == "sum" else None
+        self.ties = np.zeros((), acc)
+
+    def add(self, uses: list[tuple[ChainFile, int, Region | None]], outs: list[Any]) -> None:
+        if self.kind == "sum":
+            self.value = self.value + np.asarray(outs[0], self.value.dtype)
+            grads = outs[1:]
+        else:
+            best, ties, grads = outs[0], outs[1], outs[2:]
+            if self.value is not None and np.isnan(self.value):
+                return
+            if np.isnan(best) or self.value is None or self._beats(best, self.value):
+                self.record.grads.clear()  # a new extremum: the earlier ties are not
+                self.value, self.ties = best, np.zeros((), self.ties.dtype)
+            elif best != self.value:
+                return
+            self.ties = self.ties + ties
+        for (c, pos, r), grad in zip(uses, grads):
+            _add(self.record, c, pos, r, grad)
+
+    def _beats(self, a: Any, b: Any) -> bool:
+        return bool(a > b) if self.kind == "max" else bool(a < b)
+
+    def finish(self, finish: Callable[[Any], Any] | None) -> Any:
+        grads = self.record.grads
+        for key, grad in grads.items():
+            if self.kind != "sum":
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    grad = grad / self.ties
+            elif finish is not None:
+                grad = finish(grad)
+            grads[key] = np.asarray(grad, grads[key].dtype)
+        if self.kind == "sum" and finish is not None:
+            return finish(self.value)
+        return self.value
+
+
+def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: np.ndarray) -> None:
+    src = c.node.sources[pos]  # type: ignore[union-attr]
+    key = (id(c), pos)
+    acc = record.grads.get(key)
+    if acc is None:
+        acc = record.grads[key] = np.zeros(src.shape, src.dtype)
+    if region is None or not src.shape:
+        acc += np.asarray(grad, src.dtype).reshape(acc.shape)
+    else:
+        acc[region] += np.asarray(grad, src.dtype)
+
+
+def take_record(token: int) -> Record | None:
+    """The record the pass of the loss named ``token`` left (once: it is removed)."""
+    with _records_lock:
+        return _records.pop(token, None)
+
+
+def keep_record(token: int, record: Record) -> None:
+    """Keep ``record`` for the backward pass of the loss named ``token``."""
+    with _records_lock:
+        _records[token] = record
