@@ -239,7 +239,7 @@ class _Tile:
             else:
                 refs.append(("a", self._leaf(s, r)))
         shape = tuple(s.stop - s.start for s in region)
-        self.steps.append((node.jax, c.dtype.str, tuple(refs), shape))
+        self.steps.append((_step_fn(node.jax), c.dtype.str, tuple(refs), shape))
         self.step_keys[key] = len(self.steps) - 1
         return ("s", len(self.steps) - 1)
 
@@ -264,6 +264,30 @@ class _Tile:
             kind,
             acc.str,
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Method:
+    """A step's JAX form ``owner.method``, equal to another of an equal owner (a
+    bound method equals only one of the same object, and each call of a program
+    makes its operations anew: the tile's program would compile again each time)."""
+
+    owner: Any
+    method: Callable[..., Any]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.method(self.owner, *args)
+
+
+def _step_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
+    owner = getattr(fn, "__self__", None)
+    if owner is None:
+        return fn
+    try:
+        hash(owner)
+    except TypeError:
+        return fn
+    return _Method(owner, fn.__func__)  # type: ignore[attr-defined]
 
 
 def in_memory(s: Any) -> bool:
