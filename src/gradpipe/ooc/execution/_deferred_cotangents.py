@@ -32,8 +32,8 @@ from ..planning._chain import is_chain
 from ..planning._resident import is_resident
 from ..storage._paged_file import Region
 from ._loss_record import LOSS, Record, take_record
-from ._one_pass import in_memory
 from ._pending import PendingResult
+from ._tile_program import in_memory
 
 __all__ = ["DeferredCotangent", "Share", "backward", "merge", "product_gradient"]
 

@@ -20,15 +20,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import ClosedJaxpr
 
 from ..kernels._promotion import is_differentiable
 from ..planning._chain import ChainFile, is_chain
@@ -41,10 +36,9 @@ from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._paged_file import Region
 from ._executor import current_executor
 from ._loss_record import LOSS, Fold, Record, keep_record
+from ._tile_program import Tile, in_memory, run
 
-__all__ = ["forward", "in_memory", "one_pass_reduction"]
-
-_trace_lock = threading.Lock()
+__all__ = ["forward", "one_pass_reduction"]
 
 
 def one_pass_reduction(op: Any, ndim: int) -> bool:
@@ -118,89 +112,6 @@ def _unstored(s: Any) -> bool:
     return is_chain_file(s) and s.stored is None
 
 
-# ---------------------------------------------------------------- one tile
-
-
-#: One step of a tile's program: the node's JAX form, its dtype, where its inputs
-#: come from and the shape of its block.
-_Step = tuple[Callable[..., Any], str, tuple[tuple[str, int], ...], tuple[int, ...]]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Program:
-    """One tile's graph as a hashable description (equal tiles share a program):
-    the arguments' shapes and dtypes, the steps (a node's JAX form, its dtype and
-    where its inputs come from: ``("a", i)`` an argument, ``("s", j)`` a step), the
-    arguments differentiated (in-memory operands) and the reduction."""
-
-    args: tuple[tuple[tuple[int, ...], str], ...]
-    steps: tuple[_Step, ...]
-    wrt: tuple[int, ...]
-    kind: str
-    acc: str
-
-
-@functools.lru_cache(maxsize=256)
-def _jaxpr(program: _Program) -> ClosedJaxpr:
-    specs = [jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in program.args]
-
-    def tile(*args: jax.Array) -> tuple[jax.Array, ...]:
-        def block(*wrt: jax.Array) -> jax.Array:
-            vals = list(args)
-            for i, v in zip(program.wrt, wrt):
-                vals[i] = v
-            steps: list[jax.Array] = []
-            for fn, dtype, refs, shape in program.steps:
-                ins = [vals[k] if kind == "a" else steps[k] for kind, k in refs]
-                steps.append(_shaped(jnp.asarray(fn(jnp, *ins)).astype(dtype), shape))
-            return steps[-1]
-
-        wrt = [args[i] for i in program.wrt]
-        if program.kind == "sum":
-            part, pull = jax.vjp(lambda *w: jnp.sum(block(*w), dtype=np.dtype(program.acc)), *wrt)
-            return (part, *pull(jnp.ones_like(part)))
-        # an extremum: the tile's, how many elements tie for it, and the gradient of
-        # their sum (JAX shares an extremum's gradient equally among its ties)
-        values, pull = jax.vjp(block, *wrt)
-        best = jnp.max(values) if program.kind == "max" else jnp.min(values)
-        ties = values == best
-        return (best, jnp.sum(ties, dtype=np.dtype(program.acc)), *pull(ties.astype(values.dtype)))
-
-    with _trace_lock, jax.enable_x64(True):
-        return jax.make_jaxpr(tile)(*specs)
-
-
-def _shaped(block: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """``block`` as the output block of its step: a step that only drops or adds axes
-    of size 1 (a reshape, a basic index) gives its values, a broadcast its input's
-    (`Node.jax`)."""
-    if block.shape == shape:
-        return block
-    if block.size == math.prod(shape):
-        return jnp.reshape(block, shape)
-    return jnp.broadcast_to(block, shape)
-
-
-def _run(program: _Program, args: list[Any]) -> list[np.ndarray]:
-    """One piece's share of the loss and its gradients: the program compiled by XLA
-    on the host's CPU (measured twice as fast here as evaluating it with NumPy, 0.54 s
-    against 1.05 s for 256 MiB of a five-step chain), with 64-bit types for this
-    thread, as the program was traced."""
-    with jax.enable_x64(True), jax.default_device(_cpu()):
-        return [np.asarray(o) for o in _compiled(program)(*args)]
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu() -> Any:
-    return jax.devices("cpu")[0]
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled(program: _Program) -> Callable[..., Any]:
-    closed = _jaxpr(program)
-    return jax.jit(lambda *a: jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *a))
-
-
 #: Pieces of a tile whose programs run at once: XLA leaves a core idle in much of
 #: a program (its elementwise loops), and the next piece fills it (a two-layer MLP
 #: on 256 MiB, 2 cores: 0.28 s a step one at a time, 0.24-0.26 s two at once).
@@ -225,98 +136,6 @@ def _piece_limit(region: Region, limit: int) -> int:
 @functools.lru_cache(maxsize=1)
 def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(PIECES_IN_FLIGHT, thread_name_prefix="gradpipe-one-pass")
-
-
-class _Tile:
-    """One tile's arguments and steps, gathered from the graph over its region."""
-
-    def __init__(self, top: ChainFile, region: Region, ev: Evaluation) -> None:
-        self.args: list[Any] = []
-        self.arg_keys: dict[tuple[int, Any], int] = {}
-        self.steps: list[_Step] = []
-        self.step_keys: dict[tuple[int, Any], int] = {}
-        self.wrt: list[int] = []
-        self.uses: list[tuple[ChainFile, int, Region | None]] = []
-        self.ev = ev
-        self._walk(top, region)
-
-    def _walk(self, c: ChainFile, region: Region) -> tuple[str, int]:
-        key = (id(c), _key(region))
-        if key in self.step_keys:
-            return ("s", self.step_keys[key])
-        node = c.node
-        assert node is not None and node.jax is not None
-        refs = []
-        for pos, (s, r) in enumerate(zip(node.sources, node.regions(region))):
-            if is_chain(s):
-                assert r is not None  # (a chain has a shape: it is read over a region)
-                refs.append(self._walk(s, r))
-            elif in_memory(s) and is_differentiable(s.dtype):
-                refs.append(("a", len(self.args)))  # one argument per use: its own gradient
-                self.wrt.append(len(self.args))
-                self.uses.append((c, pos, r))
-                self.args.append(s if isinstance(s, np.ndarray) else s.read(r))
-            else:
-                refs.append(("a", self._leaf(s, r)))
-        shape = tuple(s.stop - s.start for s in region)
-        self.steps.append((_step_fn(node.jax), c.dtype.str, tuple(refs), shape))
-        self.step_keys[key] = len(self.steps) - 1
-        return ("s", len(self.steps) - 1)
-
-    def _leaf(self, s: Any, r: Region | None) -> int:
-        key = (id(s), _key(r))
-        if key not in self.arg_keys:
-            self.arg_keys[key] = len(self.args)
-            if isinstance(s, np.ndarray):
-                self.args.append(s)
-            elif is_resident(s):
-                self.args.append(s.read(r))
-            else:
-                assert r is not None or not s.shape
-                self.args.append(self.ev.block(s, r) if r is not None else s.read(None))
-        return self.arg_keys[key]
-
-    def program(self, kind: str, acc: np.dtype) -> _Program:
-        return _Program(
-            tuple((tuple(np.shape(a)), np.asarray(a).dtype.str) for a in self.args),
-            tuple(self.steps),
-            tuple(self.wrt),
-            kind,
-            acc.str,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class _Method:
-    """A step's JAX form ``owner.method``, equal to another of an equal owner (a
-    bound method equals only one of the same object, and each call of a program
-    makes its operations anew: the tile's program would compile again each time)."""
-
-    owner: Any
-    method: Callable[..., Any]
-
-    def __call__(self, *args: Any) -> Any:
-        return self.method(self.owner, *args)
-
-
-def _step_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
-    owner = getattr(fn, "__self__", None)
-    if owner is None:
-        return fn
-    try:
-        hash(owner)
-    except TypeError:
-        return fn
-    return _Method(owner, fn.__func__)  # type: ignore[attr-defined]
-
-
-def in_memory(s: Any) -> bool:
-    """Whether ``s`` is an in-memory operand (a JAX parameter, or a 0-d value)."""
-    return is_resident(s) or (isinstance(s, np.ndarray) and s.shape == ())
-
-
-def _key(region: Region | None) -> Any:
-    return None if region is None else tuple((s.start, s.stop) for s in region)
 
 
 def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
@@ -368,8 +187,8 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
             running: list[tuple[Any, Future[list[np.ndarray]]]] = []
             try:
                 for piece in pieces_of(region, _piece_limit(region, limit)):
-                    tile = _Tile(top, piece, ev)
-                    work = _pool().submit(_run, tile.program(kind, acc), tile.args)
+                    tile = Tile(top, piece, ev)
+                    work = _pool().submit(run, tile.program(kind, acc), tile.args)
                     running.append((tile.uses, work))
                 for uses, work in running:
                     fold.add(uses, work.result())
