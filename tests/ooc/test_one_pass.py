@@ -410,3 +410,56 @@ def test_a_global_extremum_shares_its_gradient_among_ties_across_tiles_in_one_pa
     _close(plan.result, want, rtol=1e-5, atol=1e-6)
     assert [s.phase for s in plan.stages] == ["value and gradient"]
     assert plan.stages[0].tiles > 1 and plan.io.bytes_read == A.nbytes
+
+
+# ---------------------------------------------------------------- the data's gradient
+
+
+def test_the_gradient_of_the_data_is_written_by_the_losss_pass(x64, jit):
+    """``jax.grad`` with respect to a stored array: each tile's gradient is written
+    as the pass computes it (for the loss's cotangent 1, scaled when read if it is
+    not): the data read once, its gradient written once, and no other pass."""
+    A, _ = _data(8)
+
+    def loss(xp):
+        return lambda X, p: 2.0 * xp.mean(xp.exp(xp.tanh(X) * 0.5 + p["b"]) - X * X * p["w"])
+
+    want = jax.value_and_grad(loss(jnp), argnums=(0, 1))(jnp.asarray(A), _params())
+    with ooc.MemoryBudget(BUDGET):
+        X = ooc.DiskArray.from_numpy(A)
+        fn = jit(jax.value_and_grad(loss(ooc), argnums=(0, 1)))
+        plan = ooc.explain(lambda X, p: ooc.persist(fn(X, p)[1][0]), X, _params())
+        value, (gX, gp) = fn(X, _params())
+        got_gX = gX.to_numpy(force=True)
+    assert [s.phase for s in plan.stages] == ["value and gradient"], plan
+    assert plan.io.bytes_read == A.nbytes and plan.io.bytes_written == A.nbytes
+    _close(value, want[0], rtol=1e-5)
+    _close(got_gX, want[1][0], rtol=1e-4, atol=1e-7)
+    _close(gp, want[1][1], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(LOSSES))
+def test_random_losses_differentiated_in_their_data_take_one_pass(seed):
+    rng = np.random.default_rng(FIRST + 2000 + seed)
+    A, Y = _data(seed)
+    build = _random_loss(rng)
+    p = {
+        "w": jnp.asarray(rng.uniform(0.5, 1.5, K), jnp.float32),
+        "v": jnp.asarray(rng.standard_normal(K), jnp.float32),
+        "s": jnp.float32(rng.uniform(0.5, 1.5)),
+    }
+
+    def loss(xp, y):
+        return lambda X, p: build(xp, X, y)(p)
+
+    want = jax.value_and_grad(loss(jnp, jnp.asarray(Y)), argnums=(0, 1))(jnp.asarray(A), p)
+    with ooc.MemoryBudget(BUDGET):
+        X, y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(Y)
+        fn = jax.value_and_grad(loss(ooc, y), argnums=(0, 1))
+        fn = jax.jit(fn) if seed % 2 else fn
+        plan = ooc.explain(lambda X, p: ooc.persist(fn(X, p)[1][0]), X, p)
+        value, (gX, gp) = fn(X, p)
+        got_gX = gX.to_numpy(force=True)
+    _close((value, got_gX, gp), (want[0], *want[1]), rtol=2e-4, atol=2e-4)
+    assert [s.phase for s in plan.stages] == ["value and gradient"], plan
+    assert plan.io.bytes_written == A.nbytes

@@ -144,6 +144,9 @@ class OocPrim(_Refusals, PrimBase):
 
         def run(vals: Sequence[Any]) -> Any:
             driver = Driver(tile_budget(budget, vals, out=held_out), op.name, budget)
+            wants = getattr(self, "_wants", None)  # set where JAX differentiates it
+            if wants is not None:
+                driver.differentiated = tuple(_merge(wants, consts, lambda v, d: False))
             if token is not None:  # the loss of a gradient: its pass computes that too
                 value = one_pass.forward(driver, op, vals[0], token)
                 if value is not None:

@@ -58,11 +58,30 @@ class DeferredCotangent(PendingResult):
     if something reads it."""
 
     def __init__(
-        self, run: Callable[[], Any], target: Any, dtype: Any, shares: tuple[Share, ...]
+        self,
+        run: Callable[[], Any],
+        target: Any,
+        dtype: Any,
+        shares: tuple[Share, ...],
+        driver: Any = None,
     ) -> None:
-        super().__init__(run, target.shape, dtype, target.page_shape)
+        super().__init__(self._recorded_or, target.shape, dtype, target.page_shape)
         self.target = target
         self.shares = shares
+        self._computed = run
+        self._driver = driver
+
+    def _recorded_or(self) -> Any:
+        """A stored array's gradient its losses' passes wrote, when this is all of it
+        (scaled by each loss's cotangent, and summed); else computed as usual."""
+        files = [s.record.gradient_of(self.target) for s in self.shares]
+        if self._driver is None or not self.complete() or any(f is None for f in files):
+            return self._computed()
+        total = None
+        for f, s in zip(files, self.shares):
+            part = f if np.all(s.scale == 1) else self._driver.forward(_Scale(s.scale), [f])
+            total = part if total is None else self._driver.forward(_Add(), [total, part])
+        return total
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         f = self.resolve()  # any computed file: a constant takes no ``out``
@@ -89,10 +108,16 @@ class DeferredCotangent(PendingResult):
             total = part if total is None else total + part
         return total
 
-    def passed_to(self, run: Callable[[], Any], source: Any, edge: tuple[int, int]) -> Any:
+    def passed_to(
+        self, run: Callable[[], Any], source: Any, edge: tuple[int, int], driver: Any = None
+    ) -> Any:
         """The deferred cotangent of ``source``, reached through ``edge`` from this one."""
         shares = tuple(Share(s.record, s.scale, frozenset({edge})) for s in self.shares)
-        return DeferredCotangent(run, source, source.dtype, shares)
+        return DeferredCotangent(run, source, source.dtype, shares, driver)
+
+    def written(self, array: Any) -> bool:
+        """Whether every loss's pass wrote the gradient of the stored ``array``."""
+        return all(s.record.gradient_of(array) is not None for s in self.shares)
 
 
 def backward(
@@ -133,6 +158,9 @@ def backward(
         elif is_chain(v) and g.holds(v):
             run = _computed(driver, op, inputs, output, g, wants, pos)
             grads.append(g.passed_to(run, v, (id(output), pos)))
+        elif g.written(v):  # a stored array's gradient, written by the losses' passes
+            run = _computed(driver, op, inputs, output, g, wants, pos)
+            grads.append(g.passed_to(run, v, (id(output), pos), driver))
         else:  # a stored array's gradient (data differentiated): the ordinary pass
             grads.append(_computed(driver, op, inputs, output, g, wants, pos)())
     return grads
@@ -220,7 +248,7 @@ def merge(driver: Any, x: Any, y: Any) -> DeferredCotangent | None:
     def run() -> Any:
         return driver.forward(_Add(), [x.resolve(), y.resolve()])
 
-    return DeferredCotangent(run, x.target, x.dtype, tuple(shares.values()))
+    return DeferredCotangent(run, x.target, x.dtype, tuple(shares.values()), driver)
 
 
 class _Add:
@@ -249,3 +277,26 @@ class _Add:
 
     def forward_block(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.add(a, b)
+
+
+class _Scale(_Add):
+    """``a * scale`` (a stored gradient scaled by its loss's cotangent), fused."""
+
+    name = "multiply"
+
+    def __init__(self, scale: np.ndarray) -> None:
+        self.scale = scale
+
+    def output_shape(self, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+        return shapes[0]
+
+    def output_dtype(self, *dtypes: np.dtype) -> np.dtype:
+        return np.dtype(dtypes[0])
+
+    def index_map(
+        self, out_r: Region, red_r: Region, *shapes: tuple[int, ...]
+    ) -> tuple[Region, ...]:
+        return (out_r,)
+
+    def forward_block(self, *blocks: np.ndarray) -> np.ndarray:
+        return np.asarray(blocks[0] * self.scale, blocks[0].dtype)

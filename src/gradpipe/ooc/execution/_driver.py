@@ -74,6 +74,9 @@ class Driver:
         # the caller's whole budget (``budget`` may be what is left of it for the
         # tiles): small results are held in memory within shares of it
         self.whole_budget = budget if whole is None else whole
+        # which inputs of the operation JAX differentiates, where it does (a fused
+        # chain's step keeps it: a loss's pass computes the gradient of a stored one)
+        self.differentiated: tuple[bool, ...] | None = None
         use_mmap_for_tiles()
 
     # -- toolkit -------------------------------------------------------------

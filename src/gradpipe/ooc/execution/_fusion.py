@@ -70,6 +70,9 @@ def fuse(driver: _Fusing, op: Any, inputs: Sequence[Any]) -> ChainFile | None:
     page = _page_like(inputs, out_shape, dtype.itemsize, driver.budget)
     _stages.fused()
     chain = ChainFile.forward(op, list(inputs), out_shape, dtype, page, driver.budget.nbytes)
+    wants = getattr(driver, "differentiated", None)
+    if wants is not None and len(wants) == len(inputs):
+        chain.node.differentiated = wants  # type: ignore[union-attr]
     _cut(driver, [chain], inputs)
     return chain
 

@@ -40,6 +40,28 @@ class Record:
         self.consumers = consumers
         self.grads: dict[tuple[int, int], np.ndarray] = {}
         self._chains = {id(c): weakref.ref(c) for c in chains}
+        # stored arrays differentiated: the file their gradient is written to
+        self._data: dict[int, tuple[Any, Any]] = {}
+
+    def write_gradient(self, array: Any, file: Any) -> None:
+        """Write the gradient of the stored ``array`` to ``file`` (a new scratch file)."""
+        self._data[id(array)] = (array, file)
+
+    def gradient_of(self, array: Any) -> Any:
+        """The file the gradient of the stored ``array`` goes to, or None."""
+        kept = self._data.get(id(array))
+        return kept[1] if kept is not None and kept[0] is array else None
+
+    def commit(self) -> None:
+        """The stored arrays' gradients are written (`PagedFile.commit`)."""
+        for _, f in self._data.values():
+            f.commit()
+
+    def discard(self) -> None:
+        """Remove the stored arrays' gradient files (a pass that did not finish)."""
+        for _, f in self._data.values():
+            f.discard()
+        self._data.clear()
 
     def holds(self, chain: Any) -> bool:
         ref = self._chains.get(id(chain))

@@ -63,6 +63,8 @@ class _Graph:
     chains: list[ChainFile]
     consumers: dict[int, set[tuple[int, int]]]
     why_not: str | None = None
+    #: stored arrays JAX differentiates that steps of the loss read (by id)
+    data: dict[int, Any] = dataclasses.field(default_factory=dict)
 
 
 def _graph(top: Any) -> _Graph:
@@ -93,6 +95,7 @@ def _graph(top: Any) -> _Graph:
 
     why = visit(top)
     consumers: dict[int, set[tuple[int, int]]] = {id(top): {LOSS}}
+    data: dict[int, Any] = {}
     if why is None:
         live: set[int] = set()
         stack = [top]
@@ -101,11 +104,26 @@ def _graph(top: Any) -> _Graph:
             if id(c) in live or c.node.stops_gradient:
                 continue
             live.add(id(c))
+            wants = c.node.differentiated
             for pos, s in enumerate(c.node.sources):
                 if _unstored(s):
                     consumers.setdefault(id(s), set()).add((id(c), pos))
                     stack.append(s)
-    return _Graph(chains, consumers, why)
+                elif wants is not None and wants[pos] and _data(s):
+                    consumers.setdefault(id(s), set()).add((id(c), pos))
+                    data[id(s)] = s
+    return _Graph(chains, consumers, why, data)
+
+
+def _data(s: Any) -> bool:
+    """Whether ``s`` is a stored array whose gradient a loss's pass can write."""
+    return (
+        not in_memory(s)
+        and not is_chain_file(s)
+        and bool(getattr(s, "shape", ()))
+        and is_differentiable(s.dtype)
+        and np.dtype(s.dtype).kind == "f"
+    )
 
 
 def _unstored(s: Any) -> bool:
@@ -158,13 +176,42 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
     acc = np.dtype(op.accumulator_dtype(top.dtype) if kind == "sum" else np.float64)
     if acc.kind != "f":
         return None
-    if not any(
+    if graph.data and (kind != "sum" or any(d.shape != top.shape for d in graph.data.values())):
+        return None  # (a stored array's gradient: of a sum, over the loss's own tiles)
+    if not graph.data and not any(
         in_memory(s) and is_differentiable(s.dtype)
         for c in graph.chains
         for s in c.node.sources  # type: ignore[union-attr]
     ):  # nothing in memory to differentiate: the ordinary passes lose nothing
         return None
     record = Record(top, graph.chains, graph.consumers)
+    try:
+        value = _pass(driver, op, top, plan, graph, record, kind, acc)
+    except BaseException:
+        record.discard()
+        raise
+    if value is None:
+        record.discard()
+        return None
+    keep_record(token, record)
+    return value
+
+
+def _pass(
+    driver: Any,
+    op: Any,
+    top: ChainFile,
+    plan: Any,
+    graph: _Graph,
+    record: Record,
+    kind: str,
+    acc: np.dtype,
+) -> np.ndarray | None:
+    """The loss's pass: its value, with ``record`` filled; None where a tile reads
+    a stored array it differentiates other than over the tile (then nothing is kept)."""
+    finish = getattr(op, "finish", None)
+    for d in graph.data.values():
+        record.write_gradient(d, driver.allocate(d.shape, d.dtype, d.page_shape))
     shapes = [tuple(top.shape)]
     fold = Fold(kind, acc, record)
     residents = [s for c in graph.chains for s in c.node.sources if is_resident(s)]  # type: ignore[union-attr]
@@ -174,7 +221,7 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
         "value and gradient",
         [top],
         plan,
-        0,
+        sum(d.nbytes for d in graph.data.values()),
         driver._bytes_for,
         summed=tuple(s for s in residents if is_differentiable(s.dtype)),
     ):
@@ -184,14 +231,23 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
             region = step[3][0]
             assert region is not None
             ev = Evaluation(top, region)
-            running: list[tuple[Any, Future[list[np.ndarray]]]] = []
+            running: list[tuple[Tile, Future[list[np.ndarray]]]] = []
             try:
                 for piece in pieces_of(region, _piece_limit(region, limit)):
-                    tile = Tile(top, piece, ev)
-                    work = _pool().submit(run, tile.program(kind, acc), tile.args)
-                    running.append((tile.uses, work))
-                for uses, work in running:
-                    fold.add(uses, work.result())
+                    tile = Tile(top, piece, ev, graph.data)
+                    if tile.irregular:
+                        return None
+                    running.append((tile, _pool().submit(run, tile.program(kind, acc), tile.args)))
+                for tile, work in running:
+                    try:
+                        outs = work.result()
+                    except NotImplementedError:  # a step JAX cannot differentiate:
+                        return None  # the ordinary passes say so in their words
+                    fold.add(tile.uses, outs)
+                    for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
+                        record.gradient_of(d).write(
+                            tile.region, np.asarray(finish(grad) if finish else grad, d.dtype)
+                        )
             finally:
                 wait([work for _, work in running])  # (they read the tile's views)
                 ev.release()
@@ -199,6 +255,6 @@ def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
                 bar.update(1)
         if bar is not None:
             bar.close()
-    value = fold.finish(getattr(op, "finish", None))
-    keep_record(token, record)
+    value = fold.finish(finish)
+    record.commit()
     return np.asarray(value, out_dtype)

@@ -112,7 +112,9 @@ def _compiled(program: Program) -> Callable[..., Any]:
 class Tile:
     """One tile's arguments and steps, gathered from the graph over its region."""
 
-    def __init__(self, top: ChainFile, region: Region, ev: Evaluation) -> None:
+    def __init__(
+        self, top: ChainFile, region: Region, ev: Evaluation, data: dict[int, Any] | None = None
+    ) -> None:
         self.args: list[Any] = []
         self.arg_keys: dict[tuple[int, Any], int] = {}
         self.steps: list[_Step] = []
@@ -120,6 +122,13 @@ class Tile:
         self.wrt: list[int] = []
         self.uses: list[tuple[ChainFile, int, Region | None]] = []
         self.ev = ev
+        self.region = region
+        #: the stored arrays differentiated (``data``, by id), each one argument read
+        #: over the tile's own region, their gradients the program's last outputs
+        self.data: list[Any] = []
+        self._data_args: list[int] = []
+        self._wanted = data or {}
+        self.irregular = False  # one of them is read over another region
         self._walk(top, region)
 
     def _walk(self, c: ChainFile, region: Region) -> tuple[str, int]:
@@ -147,6 +156,13 @@ class Tile:
 
     def _leaf(self, s: Any, r: Region | None) -> int:
         key = (id(s), _key(r))
+        if id(s) in self._wanted and key not in self.arg_keys:
+            if _key(r) != _key(self.region) or any(
+                self.data[i] is s for i in range(len(self.data))
+            ):
+                self.irregular = True
+            self.data.append(s)
+            self._data_args.append(len(self.args))
         if key not in self.arg_keys:
             self.arg_keys[key] = len(self.args)
             if isinstance(s, np.ndarray):
@@ -162,7 +178,7 @@ class Tile:
         return Program(
             tuple((tuple(np.shape(a)), np.asarray(a).dtype.str) for a in self.args),
             tuple(self.steps),
-            tuple(self.wrt),
+            (*self.wrt, *self._data_args),
             kind,
             acc.str,
         )

@@ -32,12 +32,14 @@ class Node:
     whole graph is made from it: `execution._one_pass`); a step that only moves
     values (a reshape, a broadcast) may give its block's values in another shape
     of as many elements, or its input to be broadcast. ``stops_gradient``: the step
-    is `jax.lax.stop_gradient` (no cotangent flows through it).
+    is `jax.lax.stop_gradient` (no cotangent flows through it); ``differentiated``,
+    where known, which sources JAX differentiates.
     """
 
     __slots__ = (
         "__weakref__",
         "compute",
+        "differentiated",
         "jax",
         "label",
         "n_outputs",
@@ -64,6 +66,7 @@ class Node:
         self.out_shape = tuple(out_shape)
         self.jax: Callable[..., Any] | None = None
         self.stops_gradient = False
+        self.differentiated: tuple[bool, ...] | None = None
 
 
 class Unread:
