@@ -101,13 +101,10 @@ class Fold:
 
     def finish(self, finish: Callable[[Any], Any] | None) -> Any:
         grads = self.record.grads
-        for key, grad in grads.items():
-            if self.kind != "sum":
+        if self.kind != "sum":  # (a sum's tiles computed them finished: `Tile.program`)
+            for key, grad in grads.items():
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    grad = grad / self.ties
-            elif finish is not None:
-                grad = finish(grad)
-            grads[key] = np.asarray(grad, grads[key].dtype)
+                    grads[key] = np.asarray(grad / self.ties, grad.dtype)
         if self.kind == "sum" and finish is not None:
             return finish(self.value)
         return self.value

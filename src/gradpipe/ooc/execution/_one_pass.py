@@ -210,6 +210,9 @@ def _pass(
     """The loss's pass: its value, with ``record`` filled; None where a tile reads
     a stored array it differentiates other than over the tile (then nothing is kept)."""
     finish = getattr(op, "finish", None)
+    # a sum's share of the loss per tile gets the cotangent the finished loss gives
+    # it (a mean's 1/count): its gradients come out finished
+    seed = np.asarray(finish(np.ones((), acc)) if finish else np.ones((), acc), acc)
     for d in graph.data.values():
         record.write_gradient(d, driver.allocate(d.shape, d.dtype, d.page_shape))
     shapes = [tuple(top.shape)]
@@ -237,7 +240,8 @@ def _pass(
                     tile = Tile(top, piece, ev, graph.data)
                     if tile.irregular:
                         return None
-                    running.append((tile, _pool().submit(run, tile.program(kind, acc), tile.args)))
+                    args = [*tile.args, seed] if kind == "sum" else tile.args
+                    running.append((tile, _pool().submit(run, tile.program(kind, acc), args)))
                 for tile, work in running:
                     try:
                         outs = work.result()
@@ -245,9 +249,7 @@ def _pass(
                         return None  # the ordinary passes say so in their words
                     fold.add(tile.uses, outs)
                     for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
-                        record.gradient_of(d).write(
-                            tile.region, np.asarray(finish(grad) if finish else grad, d.dtype)
-                        )
+                        record.gradient_of(d).write(tile.region, np.asarray(grad, d.dtype))
             finally:
                 wait([work for _, work in running])  # (they read the tile's views)
                 ev.release()

@@ -52,7 +52,11 @@ class Program:
 def _jaxpr(program: Program) -> ClosedJaxpr:
     specs = [jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for shape, dtype in program.args]
 
-    def tile(*args: jax.Array) -> tuple[jax.Array, ...]:
+    def tile(*given: jax.Array) -> tuple[jax.Array, ...]:
+        # a sum's last argument is the cotangent its share of the loss gets (a
+        # mean's 1/count): the gradients come out scaled, as the loss's are
+        args = given[:-1] if program.kind == "sum" else given
+
         def block(*wrt: jax.Array) -> jax.Array:
             vals = list(args)
             for i, v in zip(program.wrt, wrt):
@@ -66,7 +70,7 @@ def _jaxpr(program: Program) -> ClosedJaxpr:
         wrt = [args[i] for i in program.wrt]
         if program.kind == "sum":
             part, pull = jax.vjp(lambda *w: jnp.sum(block(*w), dtype=np.dtype(program.acc)), *wrt)
-            return (part, *pull(jnp.ones_like(part)))
+            return (part, *pull(given[-1].astype(part.dtype)))
         # an extremum: the tile's, how many elements tie for it, and the gradient of
         # their sum (JAX shares an extremum's gradient equally among its ties)
         values, pull = jax.vjp(block, *wrt)
@@ -175,8 +179,11 @@ class Tile:
         return self.arg_keys[key]
 
     def program(self, kind: str, acc: np.dtype) -> Program:
+        """The tile's program; a sum's takes the cotangent of its share after
+        ``args`` (`run`'s ``seed``)."""
+        seed = (((), acc.str),) if kind == "sum" else ()
         return Program(
-            tuple((tuple(np.shape(a)), np.asarray(a).dtype.str) for a in self.args),
+            (*((tuple(np.shape(a)), np.asarray(a).dtype.str) for a in self.args), *seed),
             tuple(self.steps),
             (*self.wrt, *self._data_args),
             kind,
