@@ -33,8 +33,9 @@ from ..planning._chain_readers import settle
 from ..planning._resident import is_resident
 from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
-from ..storage._paged_file import Region
+from ..storage._paged_file import PagedFile, Region
 from ._executor import current_executor
+from ._held_results import hold_in_memory, track
 from ._loss_record import LOSS, Fold, Record, keep_record
 from ._tile_program import Tile, in_memory, run
 
@@ -137,18 +138,29 @@ PIECES_IN_FLIGHT = 2
 
 
 def _piece_elements(steps: int, dtype: np.dtype, budget: int) -> int:
-    """Elements of the pieces a tile is computed in: the program holds about one
-    block per step and two per in-memory operand (its gradient) at once, beside
-    the tile's inputs; the pieces in flight within a quarter of the budget."""
-    per_piece = budget // 4 // PIECES_IN_FLIGHT
-    return max(1024, per_piece // (max(8, dtype.itemsize) * (3 * steps + 4)))
+    """Elements of the pieces a tile is computed in: the program holds at most one
+    block per step (XLA fuses most of them) and a few more (its arguments, their
+    gradients) at once; the pieces in flight within half the budget."""
+    per_piece = budget // 2 // PIECES_IN_FLIGHT
+    return max(1024, per_piece // (max(8, dtype.itemsize) * (steps + 4)))
 
 
 def _piece_limit(region: Region, limit: int) -> int:
-    """At most ``limit`` elements a piece, and the tile in as many pieces as run at
-    once, at least."""
-    n = math.prod(s.stop - s.start for s in region)
-    return max(1024, min(limit, -(-n // PIECES_IN_FLIGHT)))
+    """At most ``limit`` elements a piece, the tile in as many pieces as run at once
+    at least, and pieces of one shape where a few more of them make it so (each
+    shape is a program XLA compiles, 0.3 s each here)."""
+    sizes = [s.stop - s.start for s in region]
+    n = math.prod(sizes)
+    limit = max(1024, min(limit, -(-n // PIECES_IN_FLIGHT)))
+    inner = math.prod(sizes[1:])
+    if not sizes or inner == 0 or limit < inner:
+        return limit
+    rows, fit = sizes[0], limit // inner
+    least = -(-rows // fit)
+    for k in range(least, 2 * least + 1):
+        if rows % k == 0:
+            return rows // k * inner
+    return limit
 
 
 @functools.lru_cache(maxsize=1)
@@ -213,8 +225,14 @@ def _pass(
     # a sum's share of the loss per tile gets the cotangent the finished loss gives
     # it (a mean's 1/count): its gradients come out finished
     seed = np.asarray(finish(np.ones((), acc)) if finish else np.ones((), acc), acc)
-    for d in graph.data.values():
-        record.write_gradient(d, driver.allocate(d.shape, d.dtype, d.page_shape))
+    pending = 0
+    for d in graph.data.values():  # a small one held in memory, as any small result
+        small = hold_in_memory(d.nbytes, driver.whole_budget, pending)
+        f = PagedFile.create(d.shape, d.dtype, d.page_shape, in_memory=small)
+        if small:
+            pending += d.nbytes
+            track(f)
+        record.write_gradient(d, f)
     shapes = [tuple(top.shape)]
     fold = Fold(kind, acc, record)
     residents = [s for c in graph.chains for s in c.node.sources if is_resident(s)]  # type: ignore[union-attr]
