@@ -225,13 +225,15 @@ def _pass(
     # a sum's share of the loss per tile gets the cotangent the finished loss gives
     # it (a mean's 1/count): its gradients come out finished
     seed = np.asarray(finish(np.ones((), acc)) if finish else np.ones((), acc), acc)
-    pending = 0
+    pending = written = 0
     for d in graph.data.values():  # a small one held in memory, as any small result
         small = hold_in_memory(d.nbytes, driver.whole_budget, pending)
         f = PagedFile.create(d.shape, d.dtype, d.page_shape, in_memory=small)
         if small:
             pending += d.nbytes
             track(f)
+        else:
+            written += d.nbytes
         record.write_gradient(d, f)
     shapes = [tuple(top.shape)]
     fold = Fold(kind, acc, record)
@@ -242,7 +244,7 @@ def _pass(
         "value and gradient",
         [top],
         plan,
-        sum(d.nbytes for d in graph.data.values()),
+        written,
         driver._bytes_for,
         summed=tuple(s for s in residents if is_differentiable(s.dtype)),
     ):
