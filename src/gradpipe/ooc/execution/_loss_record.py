@@ -21,7 +21,11 @@ __all__ = ["LOSS", "Fold", "Record", "keep_record", "take_record"]
 #: The consumer edge of the chain a loss reduces: the loss itself.
 LOSS = (0, -1)
 
-_records: dict[int, Record] = {}  # the latest record of each call site (a token)
+# The latest record of each call site (a token), as long as the chain its loss
+# reduces lives: a backward pass needs that chain too, and a record whose backward
+# never runs (its gradient unused, pruned by jit) goes with it, gradient files and all.
+_records: dict[int, weakref.ref[Record]] = {}
+_kept: weakref.WeakKeyDictionary[Any, Record] = weakref.WeakKeyDictionary()
 _records_lock = threading.Lock()
 
 
@@ -125,10 +129,19 @@ def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: np
 def take_record(token: int) -> Record | None:
     """The record the pass of the loss named ``token`` left (once: it is removed)."""
     with _records_lock:
-        return _records.pop(token, None)
+        ref = _records.pop(token, None)
+        record = None if ref is None else ref()
+        top = None if record is None else record.top()
+        if top is not None:
+            _kept.pop(top, None)
+        return record
 
 
 def keep_record(token: int, record: Record) -> None:
     """Keep ``record`` for the backward pass of the loss named ``token``."""
+    top = record.top()
+    if top is None:
+        return
     with _records_lock:
-        _records[token] = record
+        _records[token] = weakref.ref(record)
+        _kept[top] = record
