@@ -68,6 +68,17 @@ def _passes(plan):
     return [(s.name, s.phase) for s in plan.stages]
 
 
+def _explained(loss, A, jit, p=None):
+    """``loss(xp, X)``'s value and gradient with respect to the parameters: the plan
+    of the step on ``A`` stored (``jit`` applied), and jax.numpy's answer."""
+    p = _params() if p is None else p
+    want = jax.value_and_grad(loss(jnp, jnp.asarray(A)))(p)
+    with ooc.MemoryBudget(BUDGET):
+        X = ooc.DiskArray.from_numpy(A)
+        plan = ooc.explain(jit(jax.value_and_grad(loss(ooc, X))), p)
+    return plan, want
+
+
 def test_a_loss_and_its_parameter_gradients_take_one_read_and_write_nothing(x64, jit):
     A, Y = _data()
     want = jax.value_and_grad(_loss(jnp, jnp.asarray(A), jnp.asarray(Y)))(_params())
@@ -296,10 +307,7 @@ def test_a_normalisation_by_a_global_statistic_takes_a_second_pass_and_no_more(s
 
         return f
 
-    want = jax.value_and_grad(loss(jnp, jnp.asarray(A)))(_params())
-    with ooc.MemoryBudget(BUDGET):
-        X = ooc.DiskArray.from_numpy(A)
-        plan = ooc.explain(jit(jax.value_and_grad(loss(ooc, X))), _params())
+    plan, want = _explained(loss, A, jit)
     _close(plan.result, want, rtol=1e-4, atol=1e-6)
     assert [s.phase for s in plan.stages] == ["value and gradient"] * 2
     assert plan.io.bytes_read == 2 * A.nbytes and plan.io.bytes_written == 0
@@ -318,10 +326,7 @@ def test_a_stopped_gradient_stops_it_in_the_pass_too(jit):
 
         return f
 
-    want = jax.value_and_grad(loss(jnp, jnp.asarray(A)))(_params())
-    with ooc.MemoryBudget(BUDGET):
-        X = ooc.DiskArray.from_numpy(A)
-        plan = ooc.explain(jit(jax.value_and_grad(loss(ooc, X))), _params())
+    plan, want = _explained(loss, A, jit)
     _close(plan.result, want, rtol=1e-4, atol=1e-4)
     assert [s.phase for s in plan.stages] == ["value and gradient"]
     assert plan.io.bytes_read == A.nbytes
@@ -403,10 +408,7 @@ def test_a_global_extremum_shares_its_gradient_among_ties_across_tiles_in_one_pa
         return lambda p: getattr(xp, reduce)(X * p["w"] + p["b"] * X[:, :1])
 
     p = {"w": jnp.ones(K, jnp.float32).at[1].set(0.5), "b": jnp.float32(0.25)}
-    want = jax.value_and_grad(loss(jnp, jnp.asarray(A)))(p)
-    with ooc.MemoryBudget(BUDGET):
-        X = ooc.DiskArray.from_numpy(A)
-        plan = ooc.explain(jit(jax.value_and_grad(loss(ooc, X))), p)
+    plan, want = _explained(loss, A, jit, p)
     _close(plan.result, want, rtol=1e-5, atol=1e-6)
     assert [s.phase for s in plan.stages] == ["value and gradient"]
     assert plan.stages[0].tiles > 1 and plan.io.bytes_read == A.nbytes
