@@ -74,6 +74,13 @@ class Plan:
                 lines.append(f"    sums {m} in memory over its tiles")
             for m in s.held_in_memory:
                 lines.append(f"    holds {m} in memory (a small result)")
+            if s.runs_on != "host":
+                lines.append(
+                    f"    computes on {s.runs_on}: sent {format_bytes(s.to_device)} there, "
+                    f"{format_bytes(s.from_device)} back"
+                )
+            for m in s.notes:
+                lines.append(f"    note: {m}")
         io = self.io
         lines.append(
             f"{len(self.stages)} passes, {self.fused} operations fused; read "

@@ -9,8 +9,9 @@ when a full sum or mean of a fused chain runs forward under differentiation, its
 pass computes, tile by tile, the chain's value *and* the gradient of the tile's
 share of the loss with respect to every in-memory operand the chain reads
 (`Record`): one JAX program per piece shape, the whole graph of the chain and its
-VJP, compiled by XLA for the host's CPU. Nothing of the data's size is
-written, and the data is read once.
+VJP, compiled by XLA for the host's CPU or for the device the budget names
+(`_compute_device`: tiles read on the host are sent there, several pieces in
+flight). Nothing of the data's size is written, and the data is read once.
 
 The backward pass then needs no pass at all (`_deferred_cotangents`).
 """
@@ -31,13 +32,22 @@ from ..planning._chain_graph import is_chain_file
 from ..planning._chain_read import Evaluation, pieces_of
 from ..planning._chain_readers import settle
 from ..planning._resident import is_resident
+from ..planning._stages import Where, note_next
 from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._paged_file import PagedFile, Region
+from ._compute_device import (
+    DeviceRefusal,
+    compute_device,
+    device_budget,
+    explicit,
+    runs_64_bit,
+    wide,
+)
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
 from ._loss_record import LOSS, Fold, Record, keep_record
-from ._tile_program import Tile, in_memory, run
+from ._tile_program import Tile, in_memory, reads_elsewhere, run
 
 __all__ = ["forward", "one_pass_reduction"]
 
@@ -137,21 +147,20 @@ def _unstored(s: Any) -> bool:
 PIECES_IN_FLIGHT = 2
 
 
-def _piece_elements(steps: int, dtype: np.dtype, budget: int) -> int:
-    """Elements of the pieces a tile is computed in: the program holds at most one
-    block per step (XLA fuses most of them) and a few more (its arguments, their
-    gradients) at once; the pieces in flight within half the budget."""
-    per_piece = budget // 2 // PIECES_IN_FLIGHT
-    return max(1024, per_piece // (max(8, dtype.itemsize) * (steps + 4)))
+def _piece_elements(steps: int, dtype: np.dtype, room: int) -> int:
+    """Elements of the pieces a tile is computed in, each piece's program within
+    ``room`` bytes: it holds at most one block per step (XLA fuses most of them)
+    and a few more (its arguments, their gradients) at once."""
+    return max(1024, room // (max(8, dtype.itemsize) * (steps + 4)))
 
 
-def _piece_limit(region: Region, limit: int) -> int:
+def _piece_limit(region: Region, limit: int, in_flight: int = PIECES_IN_FLIGHT) -> int:
     """At most ``limit`` elements a piece, the tile in as many pieces as run at once
     at least, and pieces of one shape where a few more of them make it so (each
     shape is a program XLA compiles, 0.3 s each here)."""
     sizes = [s.stop - s.start for s in region]
     n = math.prod(sizes)
-    limit = max(1024, min(limit, -(-n // PIECES_IN_FLIGHT)))
+    limit = max(1024, min(limit, -(-n // in_flight)))
     inner = math.prod(sizes[1:])
     if not sizes or inner == 0 or limit < inner:
         return limit
@@ -163,50 +172,97 @@ def _piece_limit(region: Region, limit: int) -> int:
     return limit
 
 
-@functools.lru_cache(maxsize=1)
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(PIECES_IN_FLIGHT, thread_name_prefix="gradpipe-one-pass")
+#: Pieces in flight to a device: one being sent while others compute there.
+DEVICE_PIECES_IN_FLIGHT = 4
+
+
+@functools.lru_cache(maxsize=2)
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(workers, thread_name_prefix="gradpipe-one-pass")
+
+
+def _count(where: Where, args: list[Any], device: Any) -> None:
+    """Count the bytes a piece sends to its device (its host arrays)."""
+    if device is not None:
+        where.to_device += sum(a.nbytes for a in args if isinstance(a, np.ndarray))
 
 
 def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
     """The value of the full reduction ``op`` of the chain ``top``, with the gradient
     of every in-memory operand of its graph recorded under ``token`` (for
     `backward`); None where the chain cannot share its pass (then the caller runs
-    ``op`` as usual)."""
-    if not is_chain(top) or not is_differentiable(top.dtype) or top.dtype.kind == "c":
-        return None
-    if current_executor() is not None:  # a cluster's tasks run the ordinary passes
-        return None
+    ``op`` as usual, and `explain` notes why on its pass)."""
+    value, why = _forward(driver, op, top, token)
+    if why is not None and is_chain(top):
+        note_next(f"its gradient needs passes of its own: {why}")
+    return value
+
+
+def _forward(driver: Any, op: Any, top: Any, token: int) -> tuple[np.ndarray | None, str | None]:
+    if not is_chain(top):
+        return None, "it reduces a stored array, not a chain of steps"
+    if not is_differentiable(top.dtype) or top.dtype.kind == "c":
+        return None, f"the loss is {top.dtype.name}"
+    if current_executor() is not None:
+        return None, "a cluster's tasks run the ordinary passes"
     settle([top])  # results waiting to be read are computed first, as before any pass
     graph = _graph(top)
     if graph.why_not is not None:
-        return None
+        return None, graph.why_not
     plan = driver._plan(op, [top], "forward")
-    if not is_chain(top):  # the cost rule wrote it: nothing left to fuse
-        return None
+    if not is_chain(top):
+        return None, "its chain is written first (the cost rule)"
     kind = op.one_pass_kind
     acc = np.dtype(op.accumulator_dtype(top.dtype) if kind == "sum" else np.float64)
     if acc.kind != "f":
-        return None
+        return None, f"it sums in {acc.name}"
     if graph.data and (kind != "sum" or any(d.shape != top.shape for d in graph.data.values())):
-        return None  # (a stored array's gradient: of a sum, over the loss's own tiles)
+        return None, "it differentiates a stored array not read over the loss's own tiles"
     if not graph.data and not any(
         in_memory(s) and is_differentiable(s.dtype)
         for c in graph.chains
         for s in c.node.sources  # type: ignore[union-attr]
     ):  # nothing in memory to differentiate: the ordinary passes lose nothing
-        return None
+        return None, "nothing in memory is differentiated"
+    if graph.data and any(
+        r is not None and reads_elsewhere(top, r, graph.data)
+        for r in (step[3][0] for step in plan_steps(op, [tuple(top.shape)], plan))
+    ):
+        return None, "a stored array it differentiates is read other than tile by tile"
+    device = _device_for(driver.whole_budget, graph)
     record = Record(top, graph.chains, graph.consumers)
     try:
-        value = _pass(driver, op, top, plan, graph, record, kind, acc)
+        value = _pass(driver, op, top, plan, graph, record, kind, acc, device)
     except BaseException:
         record.discard()
         raise
-    if value is None:
+    if isinstance(value, str):
         record.discard()
-        return None
+        return None, value
     keep_record(token, record)
-    return value
+    return value, None
+
+
+def _device_for(budget: Any, graph: _Graph) -> Any:
+    """The device the loss's pass computes on (None: the host); a device that cannot
+    run the program's 64-bit types is refused where the budget names it, and left
+    for the host where it was only JAX's default."""
+    device = compute_device(budget)
+    if device is None or runs_64_bit(device):
+        return device
+    dtypes = [c.dtype for c in graph.chains]
+    dtypes += [s.dtype for c in graph.chains for s in c.node.sources if hasattr(s, "dtype")]  # type: ignore[union-attr]
+    names = wide(dtypes)
+    if not names:
+        return device
+    if explicit(budget):
+        raise DeviceRefusal(
+            f"gradpipe.ooc: this loss's program holds {', '.join(names)}, which "
+            f"{device.platform.upper()} cannot run. Cast the data and parameters to 32-bit "
+            "types (x.astype(jnp.float32)), or compute it on the host: "
+            "MemoryBudget(..., device='host')."
+        )
+    return None
 
 
 def _pass(
@@ -218,13 +274,18 @@ def _pass(
     record: Record,
     kind: str,
     acc: np.dtype,
-) -> np.ndarray | None:
-    """The loss's pass: its value, with ``record`` filled; None where a tile reads
-    a stored array it differentiates other than over the tile (then nothing is kept)."""
+    device: Any = None,
+) -> np.ndarray | str:
+    """The loss's pass: its value, with ``record`` filled; why not, where a tile
+    reads a stored array it differentiates other than over the tile (then nothing
+    is kept) or a step has no derivative in JAX."""
     finish = getattr(op, "finish", None)
     # a sum's share of the loss per tile gets the cotangent the finished loss gives
     # it (a mean's 1/count): its gradients come out finished
-    seed = np.asarray(finish(np.ones((), acc)) if finish else np.ones((), acc), acc)
+    # on a device, the tiles' programs compute in the types jax.numpy uses there
+    # (the tiles' shares are still added on the host in ``acc``)
+    tile_acc = acc if device is None else np.dtype(np.promote_types(top.dtype, np.float32))
+    seed = np.asarray(finish(np.ones((), acc)) if finish else np.ones((), acc), tile_acc)
     pending = written = 0
     for d in graph.data.values():  # a small one held in memory, as any small result
         small = hold_in_memory(d.nbytes, driver.whole_budget, pending)
@@ -247,26 +308,39 @@ def _pass(
         written,
         driver._bytes_for,
         summed=tuple(s for s in residents if is_differentiable(s.dtype)),
-    ):
+    ) as where:
         bar = driver._bar(tile_count(plan[1], plan[2]), "value and gradient")
-        limit = _piece_elements(len(graph.chains), top.dtype, driver.budget.nbytes)
+        in_flight = PIECES_IN_FLIGHT if device is None else DEVICE_PIECES_IN_FLIGHT
+        # the pieces in flight within half the host's budget, or the device's
+        room = (
+            driver.budget.nbytes // 2
+            if device is None
+            else device_budget(driver.whole_budget, device)
+        )
+        limit = _piece_elements(len(graph.chains), top.dtype, room // in_flight)
+        if device is not None:
+            where.runs_on = str(device)
         for step in plan_steps(op, shapes, plan):
             region = step[3][0]
             assert region is not None
             ev = Evaluation(top, region)
             running: list[tuple[Tile, Future[list[np.ndarray]]]] = []
             try:
-                for piece in pieces_of(region, _piece_limit(region, limit)):
+                for piece in pieces_of(region, _piece_limit(region, limit, in_flight)):
                     tile = Tile(top, piece, ev, graph.data)
                     if tile.irregular:
-                        return None
+                        return "a stored array it differentiates is read other than tile by tile"
                     args = [*tile.args, seed] if kind == "sum" else tile.args
-                    running.append((tile, _pool().submit(run, tile.program(kind, acc), args)))
+                    program = tile.program(kind, tile_acc, device is None)
+                    _count(where, args, device)
+                    running.append((tile, _pool(in_flight).submit(run, program, args, device)))
                 for tile, work in running:
                     try:
                         outs = work.result()
-                    except NotImplementedError:  # a step JAX cannot differentiate:
-                        return None  # the ordinary passes say so in their words
+                    except NotImplementedError as e:  # a step JAX cannot differentiate:
+                        return f"JAX has no derivative of one of its steps ({e})"
+                    if device is not None:
+                        where.from_device += sum(np.asarray(o).nbytes for o in outs)
                     fold.add(tile.uses, outs)
                     for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
                         record.gradient_of(d).write(tile.region, np.asarray(grad, d.dtype))

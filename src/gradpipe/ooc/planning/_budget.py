@@ -47,6 +47,13 @@ class MemoryBudget:
 
     - `nbytes`: an int, or a string such as ``"512MiB"`` (2^20 bytes each) or
       ``"2GB"`` (10^9 bytes each); see `gradpipe.parse_size`.
+    - `device`: where a loss's pass computes its tiles (the pass of a training
+      step: `ooc.explain` says which): ``None`` (the default) JAX's default device
+      when it is an accelerator, else the host; ``"host"`` always the host; a
+      platform name (``"tpu"``, ``"gpu"``, ``"cpu"``) or a `jax.Device` that device,
+      as `jax.numpy` computes there. Tiles are read on the host and sent to it.
+    - `device_nbytes`: the most bytes of tiles in flight on that device (default:
+      half the memory the device has free when the pass starts).
 
     Use it as a context manager to set the budget of every operation called inside,
     or pass it as ``budget=`` to one operation:
@@ -59,12 +66,33 @@ class MemoryBudget:
     """
 
     nbytes: int
+    device: object = None
+    device_nbytes: int | None = None
 
-    def __init__(self, nbytes: int | str) -> None:
+    def __init__(
+        self,
+        nbytes: int | str,
+        *,
+        device: object = None,
+        device_nbytes: int | str | None = None,
+    ) -> None:
         n = _parse_bytes(nbytes)
         if n < 4096:
             raise ValueError(f"MemoryBudget(nbytes={nbytes!r}) is below the 4096-byte minimum.")
+        if not (device is None or isinstance(device, str) or hasattr(device, "platform")):
+            raise TypeError(
+                f"MemoryBudget(device={device!r}): pass None (JAX's default device when it "
+                "is an accelerator), 'host', a platform name such as 'tpu', or a jax.Device."
+            )
         object.__setattr__(self, "nbytes", n)
+        object.__setattr__(self, "device", device)
+        object.__setattr__(
+            self,
+            "device_nbytes",
+            None
+            if device_nbytes is None
+            else parse_size(device_nbytes, name="MemoryBudget(device_nbytes)"),
+        )
 
     def __enter__(self) -> MemoryBudget:
         tokens = self.__dict__.setdefault("_tokens", [])
@@ -75,13 +103,21 @@ class MemoryBudget:
         _current.reset(self.__dict__["_tokens"].pop())
 
     def __repr__(self) -> str:
-        return f"MemoryBudget({format_bytes(self.nbytes)})"
+        extra = "" if self.device is None else f", device={self.device!r}"
+        if self.device_nbytes is not None:
+            extra += f", device_nbytes={format_bytes(self.device_nbytes)}"
+        return f"MemoryBudget({format_bytes(self.nbytes)}{extra})"
 
     def __hash__(self) -> int:
-        return hash(self.nbytes)
+        return hash((self.nbytes, str(self.device), self.device_nbytes))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, MemoryBudget) and other.nbytes == self.nbytes
+        return (
+            isinstance(other, MemoryBudget)
+            and other.nbytes == self.nbytes
+            and other.device == self.device
+            and other.device_nbytes == self.device_nbytes
+        )
 
 
 _default = [MemoryBudget(2**30)]

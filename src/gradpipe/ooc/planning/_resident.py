@@ -188,7 +188,9 @@ def tile_budget(
     held = out + sum(f.nbytes * (1 + _has_gradient(f, backward)) for f in found.values())
     if not held:
         return budget
-    return MemoryBudget(max(4096, budget.nbytes - held))
+    return MemoryBudget(
+        max(4096, budget.nbytes - held), device=budget.device, device_nbytes=budget.device_nbytes
+    )
 
 
 def to_memory(value: Any, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any
 from ..storage._iostats import IOStats, io_stats
 from ._resident import is_resident
 
-__all__ = ["Stage", "recording", "stage"]
+__all__ = ["Stage", "Where", "note_next", "recording", "stage"]
 
 
 @dataclasses.dataclass
@@ -32,7 +32,9 @@ class Stage:
     ``summed_in_memory`` what it summed over its tiles in memory rather than wrote:
     ``the gradient of m0``, or ``output float32[12]`` (an output held in memory);
     ``held_in_memory`` the small results it kept in memory files instead of scratch
-    files (`_held_results`).
+    files (`_held_results`); ``runs_on`` where its tiles' programs ran (``"host"``,
+    or a JAX device with the bytes sent to it and back); ``notes`` why it runs
+    (a loss whose gradient could not be computed in its own pass says why).
     """
 
     name: str
@@ -48,6 +50,20 @@ class Stage:
     in_memory: tuple[str, ...] = ()
     summed_in_memory: tuple[str, ...] = ()
     held_in_memory: tuple[str, ...] = ()
+    runs_on: str = "host"
+    to_device: int = 0
+    from_device: int = 0
+    notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass
+class Where:
+    """What a pass reports while it runs: the device its tiles' programs ran on and
+    the bytes it sent there and got back (`Stage.runs_on`)."""
+
+    runs_on: str = "host"
+    to_device: int = 0
+    from_device: int = 0
 
 
 class _Recorder:
@@ -58,6 +74,7 @@ class _Recorder:
         self.counter = itertools.count()
         self.memory_counter = itertools.count()
         self.fused = 0
+        self.notes: list[str] = []  # for the next stage (`note_next`)
 
 
 _active: list[_Recorder] = []
@@ -88,6 +105,12 @@ def fused() -> None:
         rec.fused += 1
 
 
+def note_next(text: str) -> None:
+    """Say why the next pass runs (a loss whose gradient could not share its pass)."""
+    for rec in list(_active):
+        rec.notes.append(text)
+
+
 def name_of(f: Any, rec: _Recorder) -> str:
     """A short stable name for an array within one recording: ``x0``, ``x1``... for
     stored ones, ``m0``, ``m1``... for in-memory (resident) operands."""
@@ -115,13 +138,15 @@ def stage(
     write: int,
     summed: tuple[Any, ...] = (),
     held: tuple[str, ...] = (),
-) -> Iterator[None]:
+) -> Iterator[Where]:
     """Measure one pass; a no-op unless `recording` is active. ``summed``: what the
     pass sums in memory: resident inputs (their gradients), or a phrase such as
     ``"output float32[16]"`` for an output held in memory; ``held``: phrases for
-    the small results it keeps in memory files."""
+    the small results it keeps in memory files. The pass fills in the `Where` it
+    is given."""
+    where = Where()
     if not _active:
-        yield
+        yield where
         return
     from ._chain_graph import describe, leaves
 
@@ -136,7 +161,7 @@ def stage(
     sums = tuple(s if isinstance(s, str) else f"the gradient of {named(s)}" for s in summed)
     before, start = io_stats(), time.perf_counter()
     try:
-        yield
+        yield where
     finally:
         s = Stage(
             name,
@@ -152,6 +177,12 @@ def stage(
             tuple(resident.values()),
             sums,
             tuple(held),
+            where.runs_on,
+            where.to_device,
+            where.from_device,
+            tuple(recs[0].notes),
         )
+        for r in recs:
+            r.notes.clear()
         for rec in recs:
             rec.stages.append(s)

@@ -174,7 +174,7 @@ def stage_of(
     sums in memory (``summed``: inputs whose gradients, or ``"output ..."``) and the
     small results it holds in memory instead of writing (``held``: phrases)."""
     if not _stages.recording_active():
-        return contextlib.nullcontext()
+        return contextlib.nullcontext(_stages.Where())
     tile = plan[2]
     shapes = [tuple(v.shape) for v in inputs]
     sources = [*inputs, g] if g is not None else list(inputs)

@@ -1,0 +1,192 @@
+"""Where a loss's pass computes: the host, or a device (`MemoryBudget(device=...)`).
+
+Tiles are read on the host; on a device each piece is sent there, its program
+compiled for that device in the types jax.numpy uses there, and only the loss's
+share and the gradients come back. Here the device is JAX's CPU (`make test-device`
+runs these on the accelerator: GRADPIPE_TEST_DEVICE=tpu). A program the device
+cannot run (64-bit types on a TPU) is refused in gradpipe's words where the budget
+names the device, and computed on the host where it was only JAX's default.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gradpipe import ooc
+from gradpipe.ooc.execution import _compute_device
+
+TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
+N, K, H, C = 2000, 16, 8, 4
+BUDGET = 64 * 2**10
+
+
+def _tolerance(rtol):
+    # float32 products on a TPU keep about three digits at JAX's default precision
+    return (2e-2, 2e-3) if jax.default_backend() == "tpu" else (rtol, rtol / 10)
+
+
+def _close(got, want, rtol=1e-5):
+    rtol, atol = _tolerance(rtol)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert (jnp.shape(g), jnp.asarray(g).dtype) == (jnp.shape(w), jnp.asarray(w).dtype)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+
+
+def _data(seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, K)).astype(dtype)
+    labels = rng.integers(0, C, N)
+    return X, (X[:, :3].sum(axis=1) > 0).astype(dtype), np.eye(C, dtype=bool)[labels]
+
+
+def _least_squares(xp, X, y):
+    return lambda p: xp.mean(xp.square(X @ p["w"] + p["b"] - y))
+
+
+def _mlp(xp, X, hot):
+    def loss(p):
+        z = xp.tanh(X @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
+        m = jax.lax.stop_gradient(xp.max(z, axis=1, keepdims=True))
+        lse = xp.log(xp.sum(xp.exp(z - m), axis=1)) + m[:, 0]
+        return xp.mean(lse - xp.sum(xp.where(hot, z, 0.0), axis=1))
+
+    return loss
+
+
+def _params(dtype=jnp.float32):
+    rng = np.random.default_rng(1)
+    return {
+        "w": jnp.asarray(rng.standard_normal(K), dtype),
+        "b": jnp.asarray(0.1, dtype),
+        "W1": jnp.asarray(rng.standard_normal((K, H)) / 4, dtype),
+        "b1": jnp.zeros(H, dtype),
+        "W2": jnp.asarray(rng.standard_normal((H, C)) / 3, dtype),
+        "b2": jnp.zeros(C, dtype),
+    }
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("name", ["least squares", "mlp"])
+def test_a_training_step_computes_on_the_device_as_jax_numpy_does_there(name, jit):
+    A, y, hot = _data()
+    build = _least_squares if name == "least squares" else _mlp
+    second = y if name == "least squares" else hot
+    want = jax.value_and_grad(build(jnp, jnp.asarray(A), jnp.asarray(second)))(_params())
+    with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(second)
+        fn = jax.value_and_grad(build(ooc, X, Y))
+        plan = ooc.explain(jax.jit(fn) if jit else fn, _params())
+    _close(plan.result, want)
+    (stage,) = plan.stages
+    assert stage.phase == "value and gradient" and stage.tiles > 1
+    assert stage.runs_on == str(jax.devices(TEST_DEVICE)[0])
+    # the data went to the device once; the shares and gradients came back
+    assert A.nbytes <= stage.to_device <= stage.io.bytes_read + 2**16
+    assert 0 < stage.from_device < 2**16
+    assert plan.io.bytes_written == 0
+    assert f"computes on {stage.runs_on}" in str(plan)
+
+
+def test_pieces_in_flight_fit_the_device_budget():
+    """A small ``device_nbytes`` cuts each tile into more, smaller pieces: the same
+    answer, the same bytes sent."""
+    A, y, _ = _data(2)
+    want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
+    sent = []
+    for device_nbytes in (2**14, None):
+        budget = ooc.MemoryBudget(BUDGET, device=TEST_DEVICE, device_nbytes=device_nbytes)
+        assert _compute_device.device_budget(budget, jax.devices(TEST_DEVICE)[0]) > 0
+        with budget:
+            X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+            plan = ooc.explain(jax.value_and_grad(_least_squares(ooc, X, Y)), _params())
+        _close(plan.result, want)
+        sent.append(plan.stages[0].to_device)
+    assert sent[0] == sent[1]
+    assert _compute_device.device_budget(ooc.MemoryBudget(BUDGET, device_nbytes="1MiB"), None) == (
+        2**20
+    )
+
+
+@pytest.mark.skipif(TEST_DEVICE == "tpu", reason="a TPU runs no 64-bit program")
+def test_a_64_bit_step_computes_in_64_bits_on_a_device_that_runs_them():
+    with jax.enable_x64(True):
+        A, y, _ = _data(3, np.float64)
+        p = {"w": jnp.ones(K, jnp.float64), "b": jnp.float64(0.5)}
+        want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(p)
+        with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+            X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+            plan = ooc.explain(jax.value_and_grad(_least_squares(ooc, X, Y)), p)
+        _close(plan.result, want, rtol=1e-12)
+        assert plan.stages[0].runs_on != "host"
+
+
+class _Chip:
+    """A device whose programs cannot hold 64-bit types, as a TPU's."""
+
+    platform = "tpu"
+
+    def __str__(self):
+        return "TPU_0"
+
+
+def test_a_64_bit_step_is_refused_on_a_device_that_cannot_run_it():
+    with jax.enable_x64(True):
+        A, y, _ = _data(4, np.float64)
+        p = {"w": jnp.ones(K, jnp.float64), "b": jnp.float64(0.5)}
+        with ooc.MemoryBudget(BUDGET, device=_Chip()):
+            X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+            with pytest.raises(TypeError, match=r"float64, which TPU cannot run.*device='host'"):
+                jax.value_and_grad(_least_squares(ooc, X, Y))(p)
+            # nothing was lost: the data is as it was, and the host computes the step
+            np.testing.assert_array_equal(X.to_numpy(force=True), A)
+            with ooc.MemoryBudget(BUDGET, device="host"):
+                got = jax.value_and_grad(_least_squares(ooc, X, Y))(p)
+        want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(p)
+        _close(got, want, rtol=1e-12)
+
+
+def test_a_64_bit_step_computes_on_the_host_where_the_device_was_only_the_default(
+    monkeypatch,
+):
+    monkeypatch.setattr(_compute_device, "_default_accelerator", lambda: _Chip())
+    with jax.enable_x64(True):
+        A, y, _ = _data(5, np.float64)
+        p = {"w": jnp.ones(K, jnp.float64), "b": jnp.float64(0.5)}
+        with ooc.MemoryBudget(BUDGET):
+            X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+            plan = ooc.explain(jax.value_and_grad(_least_squares(ooc, X, Y)), p)
+        want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(p)
+    _close(plan.result, want, rtol=1e-12)
+    assert plan.stages[0].runs_on == "host"
+
+
+def test_a_budget_names_a_device_jax_has_or_says_which_it_has():
+    with pytest.raises(TypeError, match=r"a platform name such as 'tpu', or a jax\.Device"):
+        ooc.MemoryBudget("1MiB", device=3)
+    A, y, _ = _data(6)
+    with ooc.MemoryBudget(BUDGET, device="no-such-platform"):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+        with pytest.raises(ValueError, match="JAX has no 'no-such-platform' device here"):
+            jax.value_and_grad(_least_squares(ooc, X, Y))(_params())
+    # budgets naming different devices are different budgets (a traced call's key)
+    assert ooc.MemoryBudget("1MiB", device="host") != ooc.MemoryBudget("1MiB")
+    assert "device='host'" in repr(ooc.MemoryBudget("1MiB", device="host"))
+
+
+def test_explain_says_why_a_losss_gradient_needs_passes_of_its_own():
+    A, _, _ = _data(7)
+    with ooc.MemoryBudget(BUDGET):
+        X = ooc.DiskArray.from_numpy(A)
+        # the loss reads X flipped: X's gradient cannot be written tile by tile
+        plan = ooc.explain(jax.value_and_grad(lambda X: ooc.mean(X[::-1] * X)), X)
+    want = jax.value_and_grad(lambda X: jnp.mean(X[::-1] * X))(jnp.asarray(A))
+    _close((plan.result[0], plan.result[1].to_numpy(force=True)), want)
+    first = plan.stages[0]
+    assert first.phase != "value and gradient"  # no pass was started and abandoned
+    assert any("read other than tile by tile" in n for n in first.notes), plan
+    assert "note: its gradient needs passes of its own" in str(plan)
