@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.gradpipe-demo-installed
 DOCS_STAMP := $(VENV)/.gradpipe-docs-installed
 PEER_VENV ?= .venv-peer
 
-.PHONY: demo test test-fresh fuzz docs bench lint format clean conformance conformance-raw
+.PHONY: demo test test-fresh test-device fuzz docs bench lint format clean conformance conformance-raw
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,16 @@ TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 test: $(STAMP) $(PEER_VENV)/.installed
 	PEER_PYTHON=$(abspath $(PEER_VENV))/bin/python $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The tests of a loss's pass on an accelerator (JAX's default device, here a TPU:
+# DEVICE=gpu for another), in one process: one program at a time may hold the chip.
+# CI has none and does not run it. On a machine whose JAX came installed, with
+# gradpipe's other needs beside it: make test-device DEVICE_PY=python3.
+DEVICE ?= tpu
+DEVICE_PY ?= $(PY)
+DEVICE_TESTS ?= tests/ooc/test_compute_device.py tests/ooc/test_one_pass.py
+test-device: $(if $(filter $(PY),$(DEVICE_PY)),$(STAMP))
+	GRADPIPE_TEST_DEVICE=$(DEVICE) $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist $(DEVICE_TESTS)
 
 # The suite as another machine would run it: a clean clone of the last commit (no
 # file this checkout has and git does not), one BLAS thread (dask's workers and

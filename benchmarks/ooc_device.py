@@ -1,0 +1,243 @@
+"""Out of core on the accelerator: a training step over data larger than the chip.
+
+The least-squares and MLP steps of `ooc_params.py` (`_params_workloads`: the loss and
+the gradient of every parameter; float32 ``X`` (N, K = 256) on disk, JAX parameters
+on JAX's default device) at several sizes of ``X``, against:
+
+- ``hand loop`` (peer): what a JAX user writes by hand. Row blocks of an ``np.memmap``
+  of ``X``'s bytes (budget/4 each), each sent with ``jax.device_put`` one block
+  ahead of the one computing, a jitted per-block ``jax.value_and_grad`` of the
+  block's share of the loss, values and gradients summed on the device.
+- ``resident`` (floor, where ``X`` fits half the device's memory): ``X`` on the
+  device, one jitted ``jax.value_and_grad``.
+- ``gradpipe``: ``jax.value_and_grad`` of the whole-array loss over
+  ``ooc.DiskArray``s under ``ooc.MemoryBudget(budget)``: its pass computes on the
+  default device (`MemoryBudget(device=None)`); ``gradpipe jit`` the same under
+  ``jax.jit`` (the pass then runs in a host callback of the jitted program).
+
+One process (one program at a time may hold a TPU); each contender takes one
+untimed step (compiles), then ``--repeats`` timed ones: the median, the effective
+rate (bytes of ``X`` a second), and for gradpipe the bytes read and written and
+where its pass ran (`ooc.explain`). Every contender's loss and gradients are
+compared with the hand loop's (the largest difference over the largest entry).
+
+    python benchmarks/ooc_device.py                              # 2, 8, 24 GiB: the recorded run
+    python benchmarks/ooc_device.py --sizes-gib 0.25 --repeats 2  # a smoke test (any machine)
+
+``X`` is written once per size as a gradpipe array file whose pages are whole rows,
+so its bytes after the 4096-byte header are ``X`` in C order: the hand loop maps
+those same bytes (checked against gradpipe's reading of the first and last rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _params_workloads import CLASSES, WORKLOADS
+
+GIB, MIB, HEADER = 2**30, 2**20, 4096
+K = 256
+
+
+def _inputs(d: Path, rows: int, budget: int):
+    """``X`` (as a DiskArray and a map of its bytes) and both targets, in ``d``."""
+    from gradpipe import ooc
+
+    rng = np.random.default_rng(0)
+    w_true = rng.standard_normal(K).astype(np.float32)
+    teacher = rng.standard_normal((K, CLASSES)).astype(np.float32) / np.sqrt(K)
+    y, labels = np.empty(rows, np.float32), np.empty(rows, np.int32)
+
+    def make(a, b):
+        block = np.random.default_rng(a).standard_normal((b - a, K), np.float32)
+        y[a:b] = block @ w_true + 0.5 + 0.1 * np.random.default_rng(b).standard_normal(b - a)
+        labels[a:b] = np.argmax(block @ teacher, axis=1)
+        return block
+
+    page_rows = max(1, budget // 16 // (4 * K))
+    start = time.perf_counter()
+    X = ooc.DiskArray.from_row_blocks(
+        (rows, K), np.float32, make, path=d / "X.gpa", page_shape=(page_rows, K)
+    )
+    print(f"  wrote X ({rows * K * 4 / GIB:.2f} GiB) in {time.perf_counter() - start:.1f} s")
+    mapped = np.memmap(d / "X.gpa", np.float32, "r", offset=HEADER, shape=(rows, K))
+    for part in (slice(0, 2), slice(rows - 2, rows)):
+        assert np.array_equal(mapped[part], X[part].to_numpy()), "X.gpa is not C order"
+    targets = {"y": y, "labels": labels}
+    disk = {
+        name: ooc.DiskArray.from_numpy(v, path=d / f"{name}.gpa") for name, v in targets.items()
+    }
+    return X, mapped, targets, disk
+
+
+def _timed(fn, repeats):
+    import jax
+
+    jax.block_until_ready(fn())  # compiles
+    times, out = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def _hand_loop(w, params, mapped, target, block_rows):
+    import jax
+    import jax.numpy as jnp
+
+    n = mapped.shape[0]
+
+    @jax.jit
+    def share(p, xb, tb):
+        return jax.value_and_grad(lambda p: jnp.sum(w.row_loss(jnp, p, xb, tb)) / n)(p)
+
+    def step():
+        ahead = jax.device_put((mapped[:block_rows], target[:block_rows]))
+        value, grads = 0.0, None
+        for r in range(0, n, block_rows):
+            current = ahead
+            if r + block_rows < n:
+                nxt = slice(r + block_rows, r + 2 * block_rows)
+                ahead = jax.device_put((mapped[nxt], target[nxt]))
+            v, g = share(params, *current)
+            value = value + v
+            grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
+        return value, grads
+
+    return step
+
+
+def _resident(w, params, mapped, target):
+    import jax
+    import jax.numpy as jnp
+
+    X, t = jax.device_put(np.asarray(mapped)), jax.device_put(target)
+    f = jax.jit(jax.value_and_grad(lambda p, X, t: jnp.mean(w.row_loss(jnp, p, X, t))))
+    return (lambda: f(params, X, t)), (X, t)
+
+
+def _gradpipe(w, params, X, t, budget, jit):
+    import jax
+
+    from gradpipe import ooc
+
+    fn = jax.value_and_grad(lambda p: ooc.mean(w.row_loss(ooc, p, X, t)))
+    fn = jax.jit(fn) if jit else fn
+
+    def step():
+        with ooc.MemoryBudget(budget):
+            return fn(params)
+
+    return step
+
+
+def _difference(got, want):
+    import jax
+
+    worst = 0.0
+    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        g, r = np.asarray(g, np.float64), np.asarray(r, np.float64)
+        worst = max(worst, float(np.max(np.abs(g - r)) / max(np.max(np.abs(r)), 1e-30)))
+    return worst
+
+
+def run(args) -> list[dict]:
+    import jax
+
+    from gradpipe import ooc
+
+    device = jax.devices()[0]
+    stats = device.memory_stats() or {}
+    device_bytes = int(stats.get("bytes_limit", 0))
+    print(f"device: {device} ({device.device_kind}), memory {device_bytes / GIB:.1f} GiB")
+    budget = args.budget_mib * MIB
+    results = []
+    for size in args.sizes_gib:
+        rows = int(size * GIB) // (4 * K)
+        d = Path(tempfile.mkdtemp(prefix="gradpipe-device-", dir=args.dir))
+        ooc.set_scratch_dir(d / "scratch")
+        try:
+            print(f"X = {size} GiB ({rows} x {K} float32), budget {args.budget_mib} MiB")
+            X, mapped, targets, disk = _inputs(d, rows, budget)
+            for name in args.workloads:
+                w = WORKLOADS[name]
+                params = jax.device_put(w.init(K))
+                target = targets[w.target]
+                block_rows = max(1, budget // 4 // (4 * K))
+                runs = {"hand loop": _hand_loop(w, params, mapped, target, block_rows)}
+                keep = None
+                if device_bytes == 0 or X.nbytes <= device_bytes // 2:
+                    runs["resident"], keep = _resident(w, params, mapped, target)
+                runs["gradpipe"] = _gradpipe(w, params, X, disk[w.target], budget, False)
+                if args.jit:
+                    runs["gradpipe jit"] = _gradpipe(w, params, X, disk[w.target], budget, True)
+                outs = {}
+                for contender, fn in runs.items():
+                    before = ooc.io_stats()
+                    seconds, outs[contender] = _timed(fn, args.repeats)
+                    io = ooc.io_stats() - before
+                    row = {
+                        "size_gib": size,
+                        "workload": name,
+                        "contender": contender,
+                        "seconds": seconds,
+                        "gb_per_s": X.nbytes / seconds / 1e9,
+                    }
+                    if contender.startswith("gradpipe"):
+                        row["read_per_step_x"] = io.bytes_read / (args.repeats + 1) / X.nbytes
+                        row["written_mib"] = io.bytes_written / (args.repeats + 1) / MIB
+                    results.append(row)
+                    print(
+                        f"  {name:4} {contender:13} {seconds:8.3f} s  {row['gb_per_s']:6.2f} GB/s"
+                        + (
+                            f"  read {row['read_per_step_x']:.3f} X, wrote {row['written_mib']:.1f} MiB"
+                            if "read_per_step_x" in row
+                            else ""
+                        ),
+                        flush=True,
+                    )
+                del keep
+                with ooc.MemoryBudget(budget):
+                    plan = ooc.explain(runs["gradpipe"])
+                print("\n".join("    " + line for line in str(plan).splitlines()))
+                for row in results[-len(runs) :]:
+                    row["difference"] = _difference(outs[row["contender"]], outs["hand loop"])
+                    row["hand_loop_x"] = row["seconds"] / results[-len(runs)]["seconds"]
+                    print(
+                        f"  {name:4} {row['contender']:13} {row['hand_loop_x']:6.2f}x the hand loop,"
+                        f" difference {row['difference']:.1e}"
+                    )
+        finally:
+            ooc.set_scratch_dir(None)
+            shutil.rmtree(d, ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes-gib", type=float, nargs="+", default=[2, 8, 24])
+    p.add_argument("--budget-mib", type=int, default=512)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--workloads", nargs="+", default=["lsq", "mlp"], choices=sorted(WORKLOADS))
+    p.add_argument("--jit", action="store_true", help="also time gradpipe under jax.jit")
+    p.add_argument("--dir", default=None, help="where X is written (default: the temp dir)")
+    p.add_argument("--json", default=None, help="write the rows here")
+    args = p.parse_args()
+    results = run(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    main()
