@@ -13,7 +13,9 @@ on JAX's default device) at several sizes of ``X``, against:
 - ``gradpipe``: ``jax.value_and_grad`` of the whole-array loss over
   ``ooc.DiskArray``s under ``ooc.MemoryBudget(budget)``: its pass computes on the
   default device (`MemoryBudget(device=None)`); ``gradpipe jit`` the same under
-  ``jax.jit`` (the pass then runs in a host callback of the jitted program).
+  ``jax.jit`` (the pass then runs in a host callback of the jitted program, and
+  computes on the host: the device runs no other program meanwhile); ``gradpipe
+  faults`` (``--faults``) sends the mapped tiles without populating their pages first.
 
 One process (one program at a time may hold a TPU); each contender takes one
 untimed step (compiles), then ``--repeats`` timed ones: the median, the effective
@@ -57,13 +59,17 @@ def _inputs(d: Path, rows: int, budget: int):
     teacher = rng.standard_normal((K, CLASSES)).astype(np.float32) / np.sqrt(K)
     y, labels = np.empty(rows, np.float32), np.empty(rows, np.int32)
 
+    page_rows = max(1, budget // 16 // (4 * K))
+    # one page of random rows, each page of X that page rolled and shifted (drawing
+    # gigabytes of normal numbers would take longer than the whole benchmark)
+    base = rng.standard_normal((page_rows, K), np.float32)
+
     def make(a, b):
-        block = np.random.default_rng(a).standard_normal((b - a, K), np.float32)
-        y[a:b] = block @ w_true + 0.5 + 0.1 * np.random.default_rng(b).standard_normal(b - a)
+        block = np.roll(base[: b - a], a % 7919, axis=1) + np.float32((a // page_rows) % 13 / 13)
+        y[a:b] = block @ w_true + 0.5 + 0.1 * rng.standard_normal(b - a, np.float32)
         labels[a:b] = np.argmax(block @ teacher, axis=1)
         return block
 
-    page_rows = max(1, budget // 16 // (4 * K))
     start = time.perf_counter()
     X = ooc.DiskArray.from_row_blocks(
         (rows, K), np.float32, make, path=d / "X.gpa", page_shape=(page_rows, K)
@@ -126,17 +132,22 @@ def _resident(w, params, mapped, target):
     return (lambda: f(params, X, t)), (X, t)
 
 
-def _gradpipe(w, params, X, t, budget, jit):
+def _gradpipe(w, params, X, t, budget, jit, populate=True):
     import jax
 
     from gradpipe import ooc
+    from gradpipe.ooc.execution import _tile_program
 
     fn = jax.value_and_grad(lambda p: ooc.mean(w.row_loss(ooc, p, X, t)))
     fn = jax.jit(fn) if jit else fn
 
     def step():
-        with ooc.MemoryBudget(budget):
-            return fn(params)
+        _tile_program.POPULATE_VIEWS = populate
+        try:
+            with ooc.MemoryBudget(budget):
+                return fn(params)
+        finally:
+            _tile_program.POPULATE_VIEWS = True
 
     return step
 
@@ -179,6 +190,10 @@ def run(args) -> list[dict]:
                 if device_bytes == 0 or X.nbytes <= device_bytes // 2:
                     runs["resident"], keep = _resident(w, params, mapped, target)
                 runs["gradpipe"] = _gradpipe(w, params, X, disk[w.target], budget, False)
+                if args.faults:
+                    runs["gradpipe faults"] = _gradpipe(
+                        w, params, X, disk[w.target], budget, False, populate=False
+                    )
                 if args.jit:
                     runs["gradpipe jit"] = _gradpipe(w, params, X, disk[w.target], budget, True)
                 outs = {}
@@ -230,6 +245,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--workloads", nargs="+", default=["lsq", "mlp"], choices=sorted(WORKLOADS))
     p.add_argument("--jit", action="store_true", help="also time gradpipe under jax.jit")
+    p.add_argument(
+        "--faults",
+        action="store_true",
+        help="also time gradpipe sending mapped tiles unpopulated (their pages faulted in)",
+    )
     p.add_argument("--dir", default=None, help="where X is written (default: the temp dir)")
     p.add_argument("--json", default=None, help="write the rows here")
     args = p.parse_args()

@@ -190,3 +190,17 @@ def test_explain_says_why_a_losss_gradient_needs_passes_of_its_own():
     assert first.phase != "value and gradient"  # no pass was started and abandoned
     assert any("read other than tile by tile" in n for n in first.notes), plan
     assert "note: its gradient needs passes of its own" in str(plan)
+
+
+def test_under_jit_a_pass_on_an_accelerator_computes_on_the_host_and_says_why():
+    """Under jax.jit the pass runs in a host callback of the program the device is
+    running; a TPU runs no other program meanwhile, so the pass computes on the host."""
+    A, y, _ = _data(8)
+    want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
+    with ooc.MemoryBudget(BUDGET, device=_Chip()):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+        plan = ooc.explain(jax.jit(jax.value_and_grad(_least_squares(ooc, X, Y))), _params())
+    _close(plan.result, want)
+    (stage,) = plan.stages
+    assert stage.phase == "value and gradient" and stage.runs_on == "host"
+    assert any("under jax.jit the pass runs in a host callback" in n for n in stage.notes)

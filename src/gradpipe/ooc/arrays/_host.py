@@ -21,6 +21,7 @@ import numpy as np
 from jax._src import core as _core
 from jax.experimental import io_callback
 
+from ..execution._compute_device import called_back
 from ..planning._resident import ResidentFile, to_memory
 from ..storage._paged_file import PagedFile
 from . import _handles
@@ -165,7 +166,8 @@ def run_on_host(
     else:
 
         def on_host_as_words(*vals: Any) -> tuple[np.ndarray | np.int32, ...]:
-            return tuple(_to_words(o, t) for o, t in zip(on_host(*vals), out_types))
+            with called_back():
+                return tuple(_to_words(o, t) for o, t in zip(on_host(*vals), out_types))
 
         specs = tuple(_callback_spec(t) for t in out_types)
         words = io_callback(on_host_as_words, specs, *lo, ordered=True)

@@ -10,7 +10,10 @@ gradients and a stored array's gradient come back.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -20,7 +23,9 @@ __all__ = [
     "DeviceRefusal",
     "compute_device",
     "device_budget",
+    "called_back",
     "explicit",
+    "in_callback",
     "runs_64_bit",
     "wide",
 ]
@@ -62,6 +67,26 @@ def _named(platform: str) -> jax.Device:
             f"has {', '.join(have)}). Pass device=None for JAX's default device, 'host' "
             "for the host, or one of those platforms."
         ) from None
+
+
+_callback = threading.local()
+
+
+@contextlib.contextmanager
+def called_back() -> Iterator[None]:
+    """Mark this thread as running a host callback of a compiled program (under
+    `jax.jit`): the device that runs that program waits for it to return."""
+    before = getattr(_callback, "on", False)
+    _callback.on = True
+    try:
+        yield
+    finally:
+        _callback.on = before
+
+
+def in_callback() -> bool:
+    """Whether this thread runs a compiled program's host callback (`called_back`)."""
+    return bool(getattr(_callback, "on", False))
 
 
 def explicit(budget: Any) -> bool:

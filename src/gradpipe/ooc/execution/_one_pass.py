@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -41,6 +42,7 @@ from ._compute_device import (
     compute_device,
     device_budget,
     explicit,
+    in_callback,
     runs_64_bit,
     wide,
 )
@@ -172,6 +174,32 @@ def _piece_limit(region: Region, limit: int, in_flight: int = PIECES_IN_FLIGHT) 
     return limit
 
 
+#: A tile's evaluation (its views) and its pieces' programs, running.
+_Running = tuple[Evaluation, list[tuple[Tile, "Future[list[np.ndarray]]"]]]
+
+
+def _fold(done: _Running, fold: Fold, record: Record, where: Where | None) -> str | None:
+    """Fold a tile's pieces into the loss and its gradients as they finish, writing a
+    stored array's gradient; then release the tile's views. Why not, where JAX has
+    no derivative of a step. ``where``: a device's pass, counting what came back."""
+    ev, running = done
+    try:
+        for tile, work in running:
+            try:
+                outs = work.result()
+            except NotImplementedError as e:  # a step JAX cannot differentiate:
+                return f"JAX has no derivative of one of its steps ({e})"
+            if where is not None:
+                where.from_device += sum(np.asarray(o).nbytes for o in outs)
+            fold.add(tile.uses, outs)
+            for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
+                record.gradient_of(d).write(tile.region, np.asarray(grad, d.dtype))
+    finally:
+        wait([work for _, work in running])  # (they read the tile's views)
+        ev.release()
+    return None
+
+
 #: Pieces in flight to a device: one being sent while others compute there.
 DEVICE_PIECES_IN_FLIGHT = 4
 
@@ -248,6 +276,13 @@ def _device_for(budget: Any, graph: _Graph) -> Any:
     run the program's 64-bit types is refused where the budget names it, and left
     for the host where it was only JAX's default."""
     device = compute_device(budget)
+    if device is not None and device.platform != "cpu" and in_callback():
+        note_next(
+            f"computed on the host, not {device}: under jax.jit the pass runs in a host "
+            "callback of a program the device is running, and the device runs no other "
+            "program meanwhile (call the step without jax.jit to compute it there)"
+        )
+        return None
     if device is None or runs_64_bit(device):
         return device
     dtypes = [c.dtype for c in graph.chains]
@@ -311,21 +346,25 @@ def _pass(
     ) as where:
         bar = driver._bar(tile_count(plan[1], plan[2]), "value and gradient")
         in_flight = PIECES_IN_FLIGHT if device is None else DEVICE_PIECES_IN_FLIGHT
-        # the pieces in flight within half the host's budget, or the device's
+        # the pieces in flight within half the host's budget, or the device's (two
+        # tiles' pieces there: the next tile's are sent as the last ones compute)
         room = (
             driver.budget.nbytes // 2
             if device is None
-            else device_budget(driver.whole_budget, device)
+            else device_budget(driver.whole_budget, device) // 2
         )
         limit = _piece_elements(len(graph.chains), top.dtype, room // in_flight)
         if device is not None:
             where.runs_on = str(device)
-        for step in plan_steps(op, shapes, plan):
-            region = step[3][0]
-            assert region is not None
-            ev = Evaluation(top, region)
-            running: list[tuple[Tile, Future[list[np.ndarray]]]] = []
-            try:
+        # on a device, the next tile's pieces are sent while the last ones compute
+        queue: deque[_Running] = deque()
+        try:
+            for step in plan_steps(op, shapes, plan):
+                region = step[3][0]
+                assert region is not None
+                ev = Evaluation(top, region)
+                running: list[tuple[Tile, Future[list[np.ndarray]]]] = []
+                queue.append((ev, running))
                 for piece in pieces_of(region, _piece_limit(region, limit, in_flight)):
                     tile = Tile(top, piece, ev, graph.data)
                     if tile.irregular:
@@ -334,21 +373,24 @@ def _pass(
                     program = tile.program(kind, tile_acc, device is None)
                     _count(where, args, device)
                     running.append((tile, _pool(in_flight).submit(run, program, args, device)))
-                for tile, work in running:
-                    try:
-                        outs = work.result()
-                    except NotImplementedError as e:  # a step JAX cannot differentiate:
-                        return f"JAX has no derivative of one of its steps ({e})"
-                    if device is not None:
-                        where.from_device += sum(np.asarray(o).nbytes for o in outs)
-                    fold.add(tile.uses, outs)
-                    for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
-                        record.gradient_of(d).write(tile.region, np.asarray(grad, d.dtype))
-            finally:
-                wait([work for _, work in running])  # (they read the tile's views)
+                while len(queue) > (device is not None):
+                    why = _fold(
+                        queue.popleft(), fold, record, where if device is not None else None
+                    )
+                    if why is not None:
+                        return why
+                    if bar is not None:
+                        bar.update(1)
+            while queue:
+                why = _fold(queue.popleft(), fold, record, where if device is not None else None)
+                if why is not None:
+                    return why
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            for ev, running in queue:  # stopped early: they read the tiles' views
+                wait([work for _, work in running])
                 ev.release()
-            if bar is not None:
-                bar.update(1)
         if bar is not None:
             bar.close()
     value = fold.finish(finish)

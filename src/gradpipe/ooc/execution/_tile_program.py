@@ -23,6 +23,7 @@ from ..kernels._promotion import is_differentiable
 from ..planning._chain import ChainFile, is_chain
 from ..planning._chain_read import Evaluation
 from ..planning._resident import is_resident
+from ..storage._file_map import is_view, populate
 from ..storage._paged_file import Region
 from ._compute_device import wide
 
@@ -107,7 +108,15 @@ def run(program: Program, args: list[Any], device: Any = None) -> list[np.ndarra
         if device is None:
             with jax.default_device(_cpu()):
                 return [np.asarray(o) for o in _compiled(program)(*args)]
+        if POPULATE_VIEWS:  # the pages of mapped blocks at once, not fault by fault
+            for a in args:
+                if is_view(a):
+                    populate(a)
         return [np.asarray(o) for o in _compiled(program)(*jax.device_put(args, device))]
+
+
+#: Whether a piece's mapped blocks are populated before they are sent to a device.
+POPULATE_VIEWS = True
 
 
 @functools.lru_cache(maxsize=1)
