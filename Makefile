@@ -37,12 +37,14 @@ test: $(STAMP) $(PEER_VENV)/.installed
 # The tests of a loss's pass on an accelerator (JAX's default device, here a TPU:
 # DEVICE=gpu for another), in one process: one program at a time may hold the chip.
 # CI has none and does not run it. On a machine whose JAX came installed, with
-# gradpipe's other needs beside it: make test-device DEVICE_PY=python3.
+# gradpipe's other needs beside it: make test-device DEVICE_PY=python3. Matrix
+# products at 'highest' precision, for jax.numpy's answers and gradpipe's alike: the
+# tests compare them within what exp, log and tanh keep on the device.
 DEVICE ?= tpu
 DEVICE_PY ?= $(PY)
 DEVICE_TESTS ?= tests/ooc/test_compute_device.py tests/ooc/test_one_pass.py
 test-device: $(if $(filter $(PY),$(DEVICE_PY)),$(STAMP))
-	GRADPIPE_TEST_DEVICE=$(DEVICE) $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist $(DEVICE_TESTS)
+	GRADPIPE_TEST_DEVICE=$(DEVICE) JAX_DEFAULT_MATMUL_PRECISION=highest $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist $(DEVICE_TESTS)
 
 # The suite as another machine would run it: a clean clone of the last commit (no
 # file this checkout has and git does not), one BLAS thread (dask's workers and

@@ -26,8 +26,9 @@ BUDGET = 64 * 2**10
 
 
 def _tolerance(rtol):
-    # float32 products on a TPU keep about three digits at JAX's default precision
-    return (2e-2, 2e-3) if jax.default_backend() == "tpu" else (rtol, rtol / 10)
+    # on a TPU, exp, log and tanh keep four or five digits (`make test-device` asks
+    # for 'highest' matrix products, which keep about seven)
+    return (5e-3, 5e-4) if jax.default_backend() == "tpu" else (rtol, rtol / 10)
 
 
 def _close(got, want, rtol=1e-5):
@@ -84,11 +85,15 @@ def test_a_training_step_computes_on_the_device_as_jax_numpy_does_there(name, ji
     _close(plan.result, want)
     (stage,) = plan.stages
     assert stage.phase == "value and gradient" and stage.tiles > 1
-    assert stage.runs_on == str(jax.devices(TEST_DEVICE)[0])
-    # the data went to the device once; the shares and gradients came back
-    assert A.nbytes <= stage.to_device <= stage.io.bytes_read + 2**16
-    assert 0 < stage.from_device < 2**16
     assert plan.io.bytes_written == 0
+    device = jax.devices(TEST_DEVICE)[0]
+    if jit and device.platform != "cpu":  # (the device runs the jitted program)
+        assert stage.runs_on == "host" and "under jax.jit" in str(plan)
+        return
+    assert stage.runs_on == str(device)
+    # the data went to the device once; the shares and gradients came back
+    assert A.nbytes <= stage.to_device <= stage.io.bytes_read
+    assert 0 < stage.from_device < 2**16
     assert f"computes on {stage.runs_on}" in str(plan)
 
 

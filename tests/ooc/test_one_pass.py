@@ -54,12 +54,16 @@ def _budget(where):
     return ooc.MemoryBudget(BUDGET, device=where)
 
 
-def _on_device(plan, where, nbytes):
+def _on_device(plan, where, nbytes, jitted=False):
     """The loss's pass ran where it was asked, sending what it read of the data to
-    a device once (a step that slices it sends less)."""
+    a device once (a step that slices it sends less); under jax.jit an accelerator
+    is busy running the program whose callback runs the pass: the host computes it."""
     (stage,) = plan.stages
     if where == "host":
         assert stage.runs_on == "host"
+    elif jitted and jax.devices(where)[0].platform != "cpu":
+        assert stage.runs_on == "host"
+        assert any("under jax.jit" in n for n in stage.notes), stage
     else:
         assert stage.runs_on != "host" and 0 < stage.to_device <= nbytes + 2**20, stage
 
@@ -73,8 +77,8 @@ def _data(seed=0):
 
 
 def _close(got, want, rtol=3e-5, atol=2e-6):
-    if jax.default_backend() == "tpu":  # float32 products there keep about 3 digits
-        rtol, atol = max(rtol, 2e-2), max(atol, 2e-3)
+    if jax.default_backend() == "tpu":  # (`make test-device` asks for 'highest' products)
+        rtol, atol = max(rtol, 5e-3), max(atol, 5e-4)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert (jnp.shape(g), jnp.asarray(g).dtype) == (jnp.shape(w), jnp.asarray(w).dtype)
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
@@ -235,7 +239,7 @@ def test_random_losses_agree_with_jax_numpy_in_one_pass(seed, where):
     # the loss's own pass is its only one: the data read once, nothing written
     assert [s.phase for s in plan.stages] == ["value and gradient"], plan
     assert plan.io.bytes_written == 0
-    _on_device(plan, where, plan.io.bytes_read)
+    _on_device(plan, where, plan.io.bytes_read, jitted=seed % 2)
 
 
 # ---------------------------------------------------------------- training losses
@@ -308,9 +312,9 @@ def test_a_training_loss_reads_its_data_once_for_its_value_and_every_gradient(na
     with _budget(where):
         X, y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(Y)
         fn = jit(jax.value_and_grad(_training_loss(name, ooc, X, y)))
-        fn(_net_params())  # (compiled: the next call is the step)
+        jax.block_until_ready(fn(_net_params()))  # (compiled: the next call is the step)
         before = ooc.io_stats()
-        got = fn(_net_params())
+        got = jax.block_until_ready(fn(_net_params()))
         io = ooc.io_stats() - before
         plan = ooc.explain(jax.value_and_grad(_training_loss(name, ooc, X, y)), _net_params())
     _close(got, want, rtol=1e-4, atol=1e-5)
@@ -419,7 +423,7 @@ def test_random_training_losses_agree_with_jax_numpy_in_one_pass(seed, where):
     _close(plan.result, want, rtol=2e-4, atol=2e-5)
     assert [s.phase for s in plan.stages] == ["value and gradient"], plan
     assert plan.io.bytes_read <= A.nbytes + Y.nbytes and plan.io.bytes_written == 0
-    _on_device(plan, where, plan.io.bytes_read)
+    _on_device(plan, where, plan.io.bytes_read, jitted=seed % 2)
 
 
 @pytest.mark.parametrize("kind", ["max", "min"])
@@ -496,4 +500,4 @@ def test_random_losses_differentiated_in_their_data_take_one_pass(seed, where):
     _close((value, got_gX, gp), (want[0], *want[1]), rtol=2e-4, atol=2e-4)
     assert [s.phase for s in plan.stages] == ["value and gradient"], plan
     assert plan.io.bytes_written == A.nbytes
-    _on_device(plan, where, plan.io.bytes_read)
+    _on_device(plan, where, plan.io.bytes_read, jitted=seed % 2)

@@ -49,7 +49,7 @@ from ._compute_device import (
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
 from ._loss_record import LOSS, Fold, Record, keep_record
-from ._tile_program import Tile, in_memory, reads_elsewhere, run
+from ._tile_program import Sender, Tile, in_memory, reads_elsewhere, run
 
 __all__ = ["forward", "one_pass_reduction"]
 
@@ -200,8 +200,8 @@ def _fold(done: _Running, fold: Fold, record: Record, where: Where | None) -> st
     return None
 
 
-#: Pieces in flight to a device: one being sent while others compute there.
-DEVICE_PIECES_IN_FLIGHT = 4
+#: Pieces of a tile in flight to a device: one sent while one computes there.
+DEVICE_PIECES_IN_FLIGHT = 2
 
 
 @functools.lru_cache(maxsize=2)
@@ -209,10 +209,11 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(workers, thread_name_prefix="gradpipe-one-pass")
 
 
-def _count(where: Where, args: list[Any], device: Any) -> None:
-    """Count the bytes a piece sends to its device (its host arrays)."""
+def _count(where: Where, args: list[Any], keys: list[Any], device: Any) -> None:
+    """Count the bytes a piece sends to its device: its data's blocks (in-memory
+    operands are sent once a pass, and are few)."""
     if device is not None:
-        where.to_device += sum(a.nbytes for a in args if isinstance(a, np.ndarray))
+        where.to_device += sum(a.nbytes for a, k in zip(args, keys) if k is None)
 
 
 def forward(driver: Any, op: Any, top: Any, token: int) -> np.ndarray | None:
@@ -354,6 +355,8 @@ def _pass(
             else device_budget(driver.whole_budget, device) // 2
         )
         limit = _piece_elements(len(graph.chains), top.dtype, room // in_flight)
+        sender = None if device is None else Sender(device)
+        workers = in_flight if device is None else 2 * in_flight  # (two tiles' pieces)
         if device is not None:
             where.runs_on = str(device)
         # on a device, the next tile's pieces are sent while the last ones compute
@@ -370,9 +373,11 @@ def _pass(
                     if tile.irregular:
                         return "a stored array it differentiates is read other than tile by tile"
                     args = [*tile.args, seed] if kind == "sum" else tile.args
+                    keys = [*tile.keys, "seed"] if kind == "sum" else tile.keys
                     program = tile.program(kind, tile_acc, device is None)
-                    _count(where, args, device)
-                    running.append((tile, _pool(in_flight).submit(run, program, args, device)))
+                    _count(where, args, keys, device)
+                    work = _pool(workers).submit(run, program, args, sender, keys)
+                    running.append((tile, work))
                 while len(queue) > (device is not None):
                     why = _fold(
                         queue.popleft(), fold, record, where if device is not None else None
