@@ -113,8 +113,8 @@ def run(
     """One piece's share of the loss and its gradients: the program compiled by XLA
     on the host's CPU (measured twice as fast here as evaluating it with NumPy, 0.54 s
     against 1.05 s for 256 MiB of a five-step chain), or on a device, the piece
-    sent there first (``sender``; ``keys``: `Tile.keys`); with the types the program was traced with, for
-    this thread, and the matrix products' precision of the call."""
+    sent there first (``sender``; ``keys``: `Tile.keys`); with the types the
+    program was traced with, for this thread, and the call's matrix precision."""
     precision = (
         contextlib.nullcontext()
         if program.precision is None
