@@ -250,7 +250,7 @@ class Tile:
             kind,
             acc.str,
             host or bool(wide([acc, *(d for _, d in args), *(st[1] for st in self.steps)])),
-            jax.config.jax_default_matmul_precision,
+            jax.config.jax_default_matmul_precision,  # type: ignore[attr-defined]
         )
 
 
