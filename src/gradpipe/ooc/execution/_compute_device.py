@@ -19,8 +19,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..planning._stages import note_next
+
 __all__ = [
     "DeviceRefusal",
+    "device_for",
     "compute_device",
     "device_budget",
     "called_back",
@@ -121,3 +124,31 @@ def device_budget(budget: Any, device: jax.Device) -> int:
     if stats and "bytes_limit" in stats:
         return max(2**20, (int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))) // 2)
     return int(budget.nbytes)
+
+
+def device_for(budget: Any, dtypes: Any) -> jax.Device | None:
+    """The device a loss's pass over ``dtypes`` computes on (None: the host). A device
+    that cannot run 64-bit types is refused where the budget names it, and left for
+    the host where it was only JAX's default; under `jax.jit` an accelerator runs
+    the program whose callback runs the pass, and no other: the host computes it."""
+    device = compute_device(budget)
+    if device is not None and device.platform != "cpu" and in_callback():
+        note_next(
+            f"computed on the host, not {device}: under jax.jit the pass runs in a host "
+            "callback of a program the device is running, and the device runs no other "
+            "program meanwhile (call the step without jax.jit to compute it there)"
+        )
+        return None
+    if device is None or runs_64_bit(device):
+        return device
+    names = wide(dtypes)
+    if not names:
+        return device
+    if explicit(budget):
+        raise DeviceRefusal(
+            f"gradpipe.ooc: this loss's program holds {', '.join(names)}, which "
+            f"{device.platform.upper()} cannot run. Cast the data and parameters to 32-bit "
+            "types (x.astype(jnp.float32)), or compute it on the host: "
+            "MemoryBudget(..., device='host')."
+        )
+    return None

@@ -37,15 +37,7 @@ from ..planning._stages import Where, note_next
 from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._paged_file import PagedFile, Region
-from ._compute_device import (
-    DeviceRefusal,
-    compute_device,
-    device_budget,
-    explicit,
-    in_callback,
-    runs_64_bit,
-    wide,
-)
+from ._compute_device import device_budget, device_for
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
 from ._loss_record import LOSS, Fold, Record, keep_record
@@ -258,7 +250,9 @@ def _forward(driver: Any, op: Any, top: Any, token: int) -> tuple[np.ndarray | N
         for r in (step[3][0] for step in plan_steps(op, [tuple(top.shape)], plan))
     ):
         return None, "a stored array it differentiates is read other than tile by tile"
-    device = _device_for(driver.whole_budget, graph)
+    dtypes = [c.dtype for c in graph.chains]
+    dtypes += [s.dtype for c in graph.chains for s in c.node.sources if hasattr(s, "dtype")]  # type: ignore[union-attr]
+    device = device_for(driver.whole_budget, dtypes)
     record = Record(top, graph.chains, graph.consumers)
     try:
         value = _pass(driver, op, top, plan, graph, record, kind, acc, device)
@@ -270,35 +264,6 @@ def _forward(driver: Any, op: Any, top: Any, token: int) -> tuple[np.ndarray | N
         return None, value
     keep_record(token, record)
     return value, None
-
-
-def _device_for(budget: Any, graph: _Graph) -> Any:
-    """The device the loss's pass computes on (None: the host); a device that cannot
-    run the program's 64-bit types is refused where the budget names it, and left
-    for the host where it was only JAX's default."""
-    device = compute_device(budget)
-    if device is not None and device.platform != "cpu" and in_callback():
-        note_next(
-            f"computed on the host, not {device}: under jax.jit the pass runs in a host "
-            "callback of a program the device is running, and the device runs no other "
-            "program meanwhile (call the step without jax.jit to compute it there)"
-        )
-        return None
-    if device is None or runs_64_bit(device):
-        return device
-    dtypes = [c.dtype for c in graph.chains]
-    dtypes += [s.dtype for c in graph.chains for s in c.node.sources if hasattr(s, "dtype")]  # type: ignore[union-attr]
-    names = wide(dtypes)
-    if not names:
-        return device
-    if explicit(budget):
-        raise DeviceRefusal(
-            f"gradpipe.ooc: this loss's program holds {', '.join(names)}, which "
-            f"{device.platform.upper()} cannot run. Cast the data and parameters to 32-bit "
-            "types (x.astype(jnp.float32)), or compute it on the host: "
-            "MemoryBudget(..., device='host')."
-        )
-    return None
 
 
 def _pass(
