@@ -77,11 +77,15 @@ def _data(seed=0):
 
 
 def _close(got, want, rtol=3e-5, atol=2e-6):
-    if jax.default_backend() == "tpu":  # (`make test-device` asks for 'highest' products)
-        rtol, atol = max(rtol, 5e-3), max(atol, 5e-4)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert (jnp.shape(g), jnp.asarray(g).dtype) == (jnp.shape(w), jnp.asarray(w).dtype)
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+        r, a = rtol, atol
+        if jax.default_backend() == "tpu":  # exp, tanh there keep four or five digits
+            # (`make test-device` asks for 'highest' products): an entry that cancels
+            # keeps them of the gradient's largest entries, not its own
+            scale = float(np.max(np.abs(np.asarray(w)), initial=1.0))
+            r, a = max(rtol, 5e-3), max(atol, 5e-4, 5e-5 * scale)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=r, atol=a)
 
 
 def _loss(xp, X, y):
