@@ -324,7 +324,10 @@ def _pass(
         workers = in_flight if device is None else 2 * in_flight  # (two tiles' pieces)
         if device is not None:
             where.runs_on = str(device)
-        # on a device, the next tile's pieces are sent while the last ones compute
+        # on a device, the next tile's pieces are sent while the last ones compute;
+        # where a stored array's gradient is written, the next tile computes while
+        # the last one's is written (within the plan: it holds two tiles' inputs)
+        ahead = 1 if device is not None or graph.data else 0
         queue: deque[_Running] = deque()
         try:
             for step in plan_steps(op, shapes, plan):
@@ -343,7 +346,7 @@ def _pass(
                     _count(where, args, keys, device)
                     work = _pool(workers).submit(run, program, args, sender, keys)
                     running.append((tile, work))
-                while len(queue) > (device is not None):
+                while len(queue) > ahead:
                     why = _fold(
                         queue.popleft(), fold, record, where if device is not None else None
                     )
