@@ -349,6 +349,10 @@ def test_a_normalisation_by_a_global_statistic_takes_a_second_pass_and_no_more(s
     _close(plan.result, want, rtol=1e-4, atol=1e-6)
     assert [s.phase for s in plan.stages] == ["value and gradient"] * 2
     assert plan.io.bytes_read == 2 * A.nbytes and plan.io.bytes_written == 0
+    # explain says which global value forced the second pass
+    first, second = plan.stages
+    assert first.value is not None and not first.notes
+    assert any(f"the value pass 1 ({statistic}) computed" in n for n in second.notes), plan
 
 
 def test_a_stopped_gradient_stops_it_in_the_pass_too(jit):

@@ -366,6 +366,7 @@ def _pass(
                 ev.release()
         if bar is not None:
             bar.close()
-    value = fold.finish(finish)
+        value = np.asarray(fold.finish(finish), out_dtype)
+        where.value = float(value)  # (a later pass that reads it says so: `explain`)
     record.commit()
-    return np.asarray(value, out_dtype)
+    return value

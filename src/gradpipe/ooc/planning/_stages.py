@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..storage._iostats import IOStats, io_stats
 from ._resident import is_resident
 
@@ -54,16 +56,19 @@ class Stage:
     to_device: int = 0
     from_device: int = 0
     notes: tuple[str, ...] = ()
+    value: float | None = None
 
 
 @dataclasses.dataclass
 class Where:
     """What a pass reports while it runs: the device its tiles' programs ran on and
-    the bytes it sent there and got back (`Stage.runs_on`)."""
+    the bytes it sent there and got back (`Stage.runs_on`), and the scalar it
+    computed, if it computed one (a loss: `Stage.value`)."""
 
     runs_on: str = "host"
     to_device: int = 0
     from_device: int = 0
+    value: float | None = None
 
 
 class _Recorder:
@@ -148,9 +153,10 @@ def stage(
     if not _active:
         yield where
         return
+    recs = list(_active)
+    earlier = _read_values(inputs, recs[0].stages)
     from ._chain_graph import describe, leaves
 
-    recs = list(_active)
     named = lambda f, r=recs[0]: name_of(f, r)
     reads = tuple(describe(v, named) for v in inputs)
     resident = {}
@@ -180,9 +186,41 @@ def stage(
             where.runs_on,
             where.to_device,
             where.from_device,
-            tuple(recs[0].notes),
+            (*recs[0].notes, *earlier),
+            where.value,
         )
         for r in recs:
             r.notes.clear()
         for rec in recs:
             rec.stages.append(s)
+
+
+def _read_values(inputs: Sequence[Any], stages: list[Stage]) -> list[str]:
+    """Notes for the scalars a pass's chains read that an earlier pass computed (a
+    global value inside a nonlinearity, ``tanh(y - mean(y))``: the reason the pass
+    comes after that one). Scalars are matched by value: they reach the pass as
+    JAX values, which keep no trace of where they came from."""
+    from ._chain_graph import computed_on_read
+
+    found: dict[int, float] = {}
+    stack, seen = list(inputs), set()
+    while stack:
+        g = stack.pop()
+        if id(g) in seen:
+            continue
+        seen.add(id(g))
+        if isinstance(g, np.ndarray):
+            if g.shape == () and g.dtype.kind == "f":
+                found[id(g)] = float(g)
+        elif computed_on_read(g) and g.node is not None:
+            stack.extend(g.node.sources)
+    notes = []
+    for v in found.values():
+        for k, s in enumerate(stages, 1):
+            if s.value is not None and s.value == v and v not in (0.0, 1.0):
+                notes.append(
+                    f"reads {v:.6g}, the value pass {k} ({s.name}) computed: a global value "
+                    "inside its chain, known only once that pass is done"
+                )
+                break
+    return notes
