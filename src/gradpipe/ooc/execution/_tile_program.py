@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -87,13 +87,20 @@ def _jaxpr(program: Program) -> ClosedJaxpr:
         ties = values == best
         return (best, jnp.sum(ties, dtype=np.dtype(program.acc)), *pull(ties.astype(values.dtype)))
 
-    precision = (
-        contextlib.nullcontext()
-        if program.precision is None
-        else jax.default_matmul_precision(program.precision)
-    )
-    with _trace_lock, jax.enable_x64(program.x64), precision:
+    with _trace_lock, _types_of(program):
         return jax.make_jaxpr(tile)(*specs)
+
+
+@contextlib.contextmanager
+def _types_of(program: Program) -> Iterator[None]:
+    """This thread's JAX settings as ``program`` is traced and run with: its 64-bit
+    types, and the matrix products' precision where it names one."""
+    with jax.enable_x64(program.x64):
+        if program.precision is None:
+            yield
+        else:
+            with jax.default_matmul_precision(program.precision):
+                yield
 
 
 def _shaped(block: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -115,12 +122,7 @@ def run(
     against 1.05 s for 256 MiB of a five-step chain), or on a device, the piece
     sent there first (``sender``; ``keys``: `Tile.keys`); with the types the
     program was traced with, for this thread, and the call's matrix precision."""
-    precision = (
-        contextlib.nullcontext()
-        if program.precision is None
-        else jax.default_matmul_precision(program.precision)
-    )
-    with jax.enable_x64(program.x64), precision:
+    with _types_of(program):
         if sender is None:
             with jax.default_device(_cpu()):
                 return [np.asarray(o) for o in _compiled(program)(*args)]
