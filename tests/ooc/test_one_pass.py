@@ -351,7 +351,8 @@ def test_a_normalisation_by_a_global_statistic_takes_a_second_pass_and_no_more(s
     assert plan.io.bytes_read == 2 * A.nbytes and plan.io.bytes_written == 0
     # explain says which global value forced the second pass
     first, second = plan.stages
-    assert first.value is not None and not first.notes
+    # (under jax.jit on an accelerator, a note says the host computed it)
+    assert first.value is not None and not any("the value pass" in n for n in first.notes)
     assert any(f"the value pass 1 ({statistic}) computed" in n for n in second.notes), plan
 
 
