@@ -484,6 +484,30 @@ def test_the_gradient_of_the_data_is_written_by_the_losss_pass(x64, jit):
     _close(gp, want[1][1], rtol=1e-4, atol=1e-6)
 
 
+def test_a_stored_gradient_leaves_the_disk_with_its_last_reference():
+    """A training loop drops each step's gradient of the data: its file goes with
+    the last reference, not at some later collection of reference cycles (each
+    step's would pile up meanwhile, gigabytes of them on a RAM disk)."""
+    import gc
+
+    A, _ = _data(8)
+    with ooc.MemoryBudget(BUDGET):
+        X = ooc.DiskArray.from_numpy(A)
+        grad = jax.value_and_grad(lambda X: ooc.mean(ooc.exp(ooc.tanh(X)) - X * X))
+        before = set(ooc.get_scratch_dir().rglob("*"))
+        gc.disable()
+        try:
+            value, g = grad(X)
+            g = g.persist()
+            made = set(ooc.get_scratch_dir().rglob("*")) - before
+            assert any(f.stat().st_size >= A.nbytes for f in made if f.is_file()), made
+            del value, g
+            left = [f for f in made if f.exists() and f.is_file()]
+        finally:
+            gc.enable()
+    assert left == []
+
+
 @pytest.mark.parametrize("seed", range(LOSSES))
 def test_random_losses_differentiated_in_their_data_take_one_pass(seed, where):
     rng = np.random.default_rng(FIRST + 2000 + seed)

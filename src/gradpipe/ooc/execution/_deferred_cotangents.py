@@ -65,13 +65,13 @@ class DeferredCotangent(PendingResult):
         shares: tuple[Share, ...],
         driver: Any = None,
     ) -> None:
-        super().__init__(self._recorded_or, target.shape, dtype, target.page_shape)
+        super().__init__(None, target.shape, dtype, target.page_shape)
         self.target = target
         self.shares = shares
         self._computed = run
         self._driver = driver
 
-    def _recorded_or(self) -> Any:
+    def _compute(self) -> Any:
         """A stored array's gradient its losses' passes wrote, when this is all of it
         (scaled by each loss's cotangent, and summed); else computed as usual."""
         files = [s.record.gradient_of(self.target) for s in self.shares]

@@ -102,7 +102,7 @@ class PendingResult:
 
     def __init__(
         self,
-        run: Callable[[], Any],
+        run: Callable[[], Any] | None,
         shape: Sequence[int],
         dtype: DTypeLike,
         page_shape: Sequence[int],
@@ -142,9 +142,16 @@ class PendingResult:
                 if len(batch) > 1:
                     _run_together(batch)
                 else:
-                    assert self._run is not None  # (dropped only once computed)
-                    self._adopt(self._run())
+                    self._adopt(self._compute())
         return self._file
+
+    def _compute(self) -> Any:
+        """The computed file: ``run()``. (A subclass that computes it by a method of
+        its own passes ``run=None`` and overrides this: a bound method held by its
+        own object is a reference cycle, and would keep what it reads, files of a
+        gradient's size among them, until the garbage collector runs.)"""
+        assert self._run is not None  # (dropped only once computed)
+        return self._run()
 
     def _adopt(self, f: Any) -> None:
         self._file, self._run, self.joint = f, None, None
