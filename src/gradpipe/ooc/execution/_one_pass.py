@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -36,11 +35,12 @@ from ..planning._resident import is_resident
 from ..planning._stages import Where, note_next
 from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
-from ..storage._paged_file import PagedFile, Region
+from ..storage._paged_file import PagedFile
 from ._compute_device import device_budget, device_for
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
 from ._loss_record import LOSS, Fold, Record, keep_record
+from ._tile_pieces import PIECES_IN_FLIGHT, piece_elements, piece_limit
 from ._tile_program import Launched, Sender, Tile, in_memory, launch, reads_elsewhere, run
 
 __all__ = ["forward", "one_pass_reduction"]
@@ -133,37 +133,6 @@ def _data(s: Any) -> bool:
 
 def _unstored(s: Any) -> bool:
     return is_chain_file(s) and s.stored is None
-
-
-#: Pieces of a tile whose programs run at once: XLA leaves a core idle in much of
-#: a program (its elementwise loops), and the next piece fills it (a two-layer MLP
-#: on 256 MiB, 2 cores: 0.28 s a step one at a time, 0.24-0.26 s two at once).
-PIECES_IN_FLIGHT = 2
-
-
-def _piece_elements(steps: int, dtype: np.dtype, room: int) -> int:
-    """Elements of the pieces a tile is computed in, each piece's program within
-    ``room`` bytes: it holds at most one block per step (XLA fuses most of them)
-    and a few more (its arguments, their gradients) at once."""
-    return max(1024, room // (max(8, dtype.itemsize) * (steps + 4)))
-
-
-def _piece_limit(region: Region, limit: int, in_flight: int = PIECES_IN_FLIGHT) -> int:
-    """At most ``limit`` elements a piece, the tile in as many pieces as run at once
-    at least, and pieces of one shape where a few more of them make it so (each
-    shape is a program XLA compiles, 0.3 s each here)."""
-    sizes = [s.stop - s.start for s in region]
-    n = math.prod(sizes)
-    limit = max(1024, min(limit, -(-n // in_flight)))
-    inner = math.prod(sizes[1:])
-    if not sizes or inner == 0 or limit < inner:
-        return limit
-    rows, fit = sizes[0], limit // inner
-    least = -(-rows // fit)
-    for k in range(least, 2 * least + 1):
-        if rows % k == 0:
-            return rows // k * inner
-    return limit
 
 
 #: A tile's evaluation (its views) and its pieces' programs, running: on the
@@ -339,7 +308,7 @@ def _pass(
             else device_budget(driver.whole_budget, device)
             // (2 * ahead + 1 if graph.data else ahead + 1)
         )
-        limit = _piece_elements(len(graph.chains), top.dtype, room // in_flight)
+        limit = piece_elements(len(graph.chains), top.dtype, room // in_flight)
         sender = None if device is None else Sender(device)
         counted = None if device is None else where  # (what comes back from the device)
         if device is not None:
@@ -354,7 +323,7 @@ def _pass(
                 ev = Evaluation(top, region)
                 running: list[tuple[Tile, Any]] = []
                 queue.append((ev, running))
-                for piece in pieces_of(region, _piece_limit(region, limit, in_flight)):
+                for piece in pieces_of(region, piece_limit(region, limit, in_flight)):
                     tile = Tile(top, piece, ev, graph.data)
                     if tile.irregular:
                         return "a stored array it differentiates is read other than tile by tile"
