@@ -197,6 +197,7 @@ def run(args) -> list[dict]:
                 if args.jit:
                     runs["gradpipe jit"] = _gradpipe(w, params, X, disk[w.target], budget, True)
                 outs = {}
+                first = len(results)
                 for contender, fn in list(runs.items()):
                     before = ooc.io_stats()
                     try:
@@ -239,13 +240,10 @@ def run(args) -> list[dict]:
                     with ooc.MemoryBudget(budget):
                         plan = ooc.explain(runs["gradpipe"])
                     print("\n".join("    " + line for line in str(plan).splitlines()))
-                rows = [
-                    r
-                    for r in results
-                    if (r["size_gib"], r["workload"]) == (size, name) and "seconds" in r
-                ]
-                ref = next((r for r in rows if r["contender"] == "hand loop"), None)
-                for row in rows if ref is not None else []:
+                these = results[first:]  # (this size's and workload's, those that ran)
+                these = [r for r in these if "seconds" in r and r["contender"] in outs]
+                ref = next((r for r in these if r["contender"] == "hand loop"), None)
+                for row in these if ref is not None else []:
                     row["difference"] = _difference(outs[row["contender"]], outs["hand loop"])
                     row["hand_loop_x"] = row["seconds"] / ref["seconds"]
                     print(

@@ -178,7 +178,7 @@ def _fold(
 DEVICE_AHEAD = 2
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)
 def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(workers, thread_name_prefix="gradpipe-one-pass")
 

@@ -87,7 +87,7 @@ def _libc_madvise() -> Any:
     of mapped pages took 0.1 s on a sandboxed host, and every thread waited)."""
     try:
         fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
+    except Exception:  # (no C library to load: Windows)
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     fn.restype = ctypes.c_int
