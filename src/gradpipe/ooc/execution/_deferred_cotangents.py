@@ -68,7 +68,7 @@ class DeferredCotangent(PendingResult):
         super().__init__(None, target.shape, dtype, target.page_shape)
         self.target = target
         self.shares = shares
-        self._computed: Callable[[], Any] | None = run
+        self._computed = run
         self._driver = driver
 
     def _compute(self) -> Any:
@@ -76,19 +76,12 @@ class DeferredCotangent(PendingResult):
         (scaled by each loss's cotangent, and summed); else computed as usual."""
         files = [s.record.gradient_of(self.target) for s in self.shares]
         if self._driver is None or not self.complete() or any(f is None for f in files):
-            assert self._computed is not None  # (dropped only once computed)
             return self._computed()
         total = None
         for f, s in zip(files, self.shares):
             part = f if np.all(s.scale == 1) else self._driver.forward(_Scale(s.scale), [f])
             total = part if total is None else self._driver.forward(_Add(), [total, part])
         return total
-
-    def _adopt(self, f: Any) -> None:
-        # computed: its shares (their records hold every gradient file of their
-        # losses) and its backward are no longer asked for (`complete` is False)
-        super()._adopt(f)
-        self.shares, self._computed, self._driver = (), None, None
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         f = self.resolve()  # any computed file: a constant takes no ``out``
