@@ -135,12 +135,12 @@ def _unstored(s: Any) -> bool:
     return is_chain_file(s) and s.stored is None
 
 
-#: A tile's evaluation (its views) and its pieces' programs, running: on the
-#: host's pool, or queued on a device.
-_Running = tuple[Evaluation, list[tuple[Tile, "Future[list[np.ndarray]] | Launched"]]]
+#: A tile's pieces and their programs, running: on the host's pool, or queued on
+#: a device.
+_Pieces = list[tuple[Tile, "Future[list[np.ndarray]] | Launched"]]
 
 
-def _settle(running: list[tuple[Tile, Any]]) -> None:
+def _settle(running: _Pieces) -> None:
     """Wait until every piece's program has run (they read the tile's views)."""
     wait([work for _, work in running if isinstance(work, Future)])
     for _, work in running:
@@ -148,9 +148,7 @@ def _settle(running: list[tuple[Tile, Any]]) -> None:
             work.settle()
 
 
-def _fold(
-    running: list[tuple[Tile, Any]], fold: Fold, record: Record, where: Where | None
-) -> str | None:
+def _fold(running: _Pieces, fold: Fold, record: Record, where: Where | None) -> str | None:
     """Fold a tile's pieces into the loss and its gradients, writing a stored
     array's gradient. Why not, where JAX has no derivative of a step. ``where``: a
     device's pass, counting what came back."""
@@ -165,6 +163,50 @@ def _fold(
         for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
             record.gradient_of(d).write(tile.region, np.asarray(grad, d.dtype))
     return None
+
+
+@dataclasses.dataclass
+class _Flow:
+    """The tiles of a pass between their start and their fold: ``queue``, those
+    whose programs may still read their views; ``folding``, those run whose
+    results are not yet read (on a device, read only once ``lag`` more have run)."""
+
+    fold: Fold
+    record: Record
+    where: Where | None  # a device's pass: counts what comes back
+    bar: Any
+    queue: deque[tuple[Evaluation, _Pieces]] = dataclasses.field(default_factory=deque)
+    folding: deque[_Pieces] = dataclasses.field(default_factory=deque)
+
+    def start(self, ev: Evaluation) -> _Pieces:
+        running: _Pieces = []
+        self.queue.append((ev, running))
+        return running
+
+    def advance(self, ahead: int, lag: int) -> str | None:
+        """Retire tiles until at most ``ahead`` are queued (their programs run,
+        their views released) and fold them until at most ``lag`` wait; why not, as
+        `_fold`."""
+        while len(self.queue) > ahead or len(self.folding) > lag:
+            if len(self.queue) > ahead:
+                ev, done = self.queue.popleft()
+                _settle(done)  # (its programs read the tile's views)
+                ev.release()
+                self.folding.append(done)
+            if len(self.folding) > lag:
+                why = _fold(self.folding.popleft(), self.fold, self.record, self.where)
+                if why is not None:
+                    return why
+                if self.bar is not None:
+                    self.bar.update(1)
+        return None
+
+    def abandon(self) -> None:
+        """Stopped early: wait for the queued programs (they read the tiles' views)."""
+        for ev, running in self.queue:
+            _settle(running)
+            ev.release()
+        self.queue.clear()
 
 
 #: Tiles queued on a device beyond the oldest one: the pass's thread queues a
@@ -310,19 +352,16 @@ def _pass(
         )
         limit = piece_elements(len(graph.chains), top.dtype, room // in_flight)
         sender = None if device is None else Sender(device)
-        counted = None if device is None else where  # (what comes back from the device)
         if device is not None:
             where.runs_on = str(device)
-        queue: deque[_Running] = deque()  # tiles whose programs may still read them
-        folding: deque[list[tuple[Tile, Any]]] = deque()  # run, their results not read
+        flow = _Flow(fold, record, None if device is None else where, bar)
         lag = ahead if device is not None else 0
         try:
             for step in plan_steps(op, shapes, plan):
                 region = step[3][0]
                 assert region is not None
                 ev = Evaluation(top, region)
-                running: list[tuple[Tile, Any]] = []
-                queue.append((ev, running))
+                running = flow.start(ev)
                 for piece in pieces_of(region, piece_limit(region, limit, in_flight)):
                     tile = Tile(top, piece, ev, graph.data)
                     if tile.irregular:
@@ -337,33 +376,14 @@ def _pass(
                         else launch(program, args, sender, keys)
                     )
                     running.append((tile, work))
-                while len(queue) > ahead or len(folding) > lag:
-                    if len(queue) > ahead:
-                        ev, done = queue.popleft()
-                        _settle(done)  # (its programs read the tile's views)
-                        ev.release()
-                        folding.append(done)
-                    if len(folding) > lag:
-                        why = _fold(folding.popleft(), fold, record, counted)
-                        if why is not None:
-                            return why
-                        if bar is not None:
-                            bar.update(1)
-            while queue:
-                ev, done = queue.popleft()
-                _settle(done)
-                ev.release()
-                folding.append(done)
-            while folding:
-                why = _fold(folding.popleft(), fold, record, counted)
+                why = flow.advance(ahead, lag)
                 if why is not None:
                     return why
-                if bar is not None:
-                    bar.update(1)
+            why = flow.advance(0, 0)
+            if why is not None:
+                return why
         finally:
-            for ev, running in queue:  # stopped early: they read the tiles' views
-                _settle(running)
-                ev.release()
+            flow.abandon()
         if bar is not None:
             bar.close()
         value = np.asarray(fold.finish(finish), out_dtype)
