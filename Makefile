@@ -34,17 +34,25 @@ PYTEST_ARGS ?=
 test: $(STAMP) $(PEER_VENV)/.installed
 	PEER_PYTHON=$(abspath $(PEER_VENV))/bin/python $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
-# The tests of a loss's pass on an accelerator (JAX's default device, here a TPU:
-# DEVICE=gpu for another), in one process: one program at a time may hold the chip.
-# CI has none and does not run it. On a machine whose JAX came installed, with
-# gradpipe's other needs beside it: make test-device DEVICE_PY=python3. Matrix
-# products at 'highest' precision, for jax.numpy's answers and gradpipe's alike: the
-# tests compare them within what exp, log and tanh keep on the device.
+# The out-of-core suite and the journeys of its guides on an accelerator (JAX's
+# default device, here a TPU: DEVICE=gpu for another), in one process at a time: one
+# program at a time may hold the chip. gradpipe's passes compute there; the tests'
+# jax.numpy answers are computed on the host's CPU (tests/ooc/conftest.py), except
+# in the tests of the device itself, which compare on the device. Matrix products at
+# 'highest' precision, for jax.numpy's answers and gradpipe's alike. Left out there:
+# what needs a socket (an S3 server on loopback, a dask cluster: that machine opens
+# none). CI has no accelerator and does not run it. On a machine whose JAX came
+# installed, with gradpipe's other needs beside it: make test-device DEVICE_PY=python3.
 DEVICE ?= tpu
 DEVICE_PY ?= $(PY)
-DEVICE_TESTS ?= tests/ooc/test_compute_device.py tests/ooc/test_one_pass.py
+DEVICE_TESTS ?= tests/ooc
+DEVICE_NO_SOCKETS ?= --ignore=tests/ooc/test_object_store.py --ignore=tests/ooc/test_cluster.py \
+  --deselect=tests/ooc/xarray/test_xr_open.py::test_zarr_on_s3_is_read_in_place
+DEVICE_PAGES ?= docs/guides/out-of-core.md docs/guides/xarray.md
 test-device: $(if $(filter $(PY),$(DEVICE_PY)),$(STAMP))
-	GRADPIPE_TEST_DEVICE=$(DEVICE) JAX_DEFAULT_MATMUL_PRECISION=highest $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist $(DEVICE_TESTS)
+	GRADPIPE_TEST_DEVICE=$(DEVICE) JAX_DEFAULT_MATMUL_PRECISION=highest $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist $(DEVICE_NO_SOCKETS) $(DEVICE_TESTS)
+	GRADPIPE_TEST_DEVICE=$(DEVICE) JAX_PLATFORMS=$(DEVICE),cpu $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist \
+	  $(foreach page,$(DEVICE_PAGES),"tests/docs/test_snippets.py::test_page_blocks_run[$(page)]")
 
 # The suite as another machine would run it: a clean clone of the last commit (no
 # file this checkout has and git does not), one BLAS thread (dask's workers and

@@ -2,6 +2,7 @@
 # Run on the accelerator machine (a TPU host whose JAX came installed): install the
 # wheels carried in .whl-tpu/, then the device benchmark and `make test-device`,
 # their logs and results under $OUT. Arguments: the sizes of X in GiB to benchmark.
+# BENCH=0 or TESTS=0 leaves either out; PYTEST_ADDOPTS reaches the tests' pytest.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -16,6 +17,7 @@ if [ "${BENCH:-1}" = 1 ]; then
     --json "$OUT/ooc_device.json" 2>&1 | tee "$OUT/ooc_device.log"
 fi
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout "${TEST_TIMEOUT:-240}" make --no-print-directory test-device DEVICE_PY=python3 \
-    2>&1 | tee "$OUT/test-device.log" | tail -40
+  # (MAKE_ARGS: e.g. DEVICE_TESTS="tests/ooc/test_x.py ..." to run part of the suite)
+  eval timeout "${TEST_TIMEOUT:-540}" make --no-print-directory test-device DEVICE_PY=python3 \
+    "${MAKE_ARGS:-}" 2>&1 | tee "$OUT/test-device.log" | grep -E "FAILED|ERROR|passed|failed" | tail -60
 fi

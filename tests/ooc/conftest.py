@@ -1,4 +1,5 @@
 import gc
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -10,6 +11,28 @@ import pytest
 
 from gradpipe import ooc
 from gradpipe.ooc.arrays import _handles
+
+#: `make test-device` (GRADPIPE_TEST_DEVICE=tpu): gradpipe's passes compute on the
+#: accelerator, JAX's default device; jax.numpy's answers, which the tests compare
+#: with, on the host's CPU (with the 64-bit types a test may ask for, which abort a
+#: TPU process), except in a module that names its TEST_DEVICE and compares there.
+ON_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu") != "cpu"
+if ON_DEVICE:
+    jax.devices()  # this process holds the chip; the processes tests start, the CPU
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+@pytest.fixture(autouse=True)
+def answers_on_the_host(request):
+    if not ON_DEVICE or hasattr(request.module, "TEST_DEVICE"):
+        yield
+        return
+    before = jax.config.jax_default_device
+    jax.config.update("jax_default_device", jax.devices("cpu")[0])
+    try:
+        yield
+    finally:
+        jax.config.update("jax_default_device", before)
 
 
 @pytest.fixture(scope="session", autouse=True)
