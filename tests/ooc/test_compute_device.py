@@ -209,3 +209,32 @@ def test_under_jit_a_pass_on_an_accelerator_computes_on_the_host_and_says_why():
     (stage,) = plan.stages
     assert stage.phase == "value and gradient" and stage.runs_on == "host"
     assert any("under jax.jit the pass runs in a host callback" in n for n in stage.notes)
+
+
+def test_a_jitted_step_that_rewrites_its_data_is_read_after_it_ran(tmp_path):
+    """On an accelerator a jitted call returns before its program has run: the
+    DiskArray a step rewrites in place (`update_`) comes back naming its file before
+    the step's callbacks have written it, and the step's intermediates must outlive
+    the next call's start. Each step's weights are the ones NumPy computes, read
+    right after the call, and no step finds a file released under it."""
+    rng = np.random.default_rng(3)
+    X_np = rng.standard_normal((N, K)).astype(np.float32)
+    y_np = X_np[:, :4].sum(axis=1, keepdims=True).astype(np.float32)
+    X, y = ooc.DiskArray.from_numpy(X_np), ooc.DiskArray.from_numpy(y_np)
+    w = ooc.DiskArray.zeros((K, 1))
+
+    @jax.jit
+    def step(w):
+        value, g = jax.value_and_grad(lambda w: ooc.mean(ooc.square(X @ w - y)))(w)
+        return ooc.update_(w, w - 0.1 * g), value
+
+    want = np.zeros((K, 1), np.float64)
+    X64, y64 = X_np.astype(np.float64), y_np.astype(np.float64)
+    with ooc.MemoryBudget(BUDGET):
+        for _ in range(5):
+            w, value = step(w)
+            got = w.to_numpy()  # at once: no wait on the value first
+            residual = X64 @ want - y64
+            np.testing.assert_allclose(float(value), np.mean(residual**2), rtol=1e-4)
+            want = want - 0.1 * (2 * X64.T @ residual / N)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

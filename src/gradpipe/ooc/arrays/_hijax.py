@@ -32,6 +32,7 @@ import numpy as np
 from jax.experimental import hijax as _hx
 from numpy.typing import DTypeLike
 
+from ..execution._compute_device import in_callback
 from ..kernels._promotion import canonical_dtype, is_differentiable
 from ..planning._budget import MemoryBudget
 from ..planning._resident import resident_operand
@@ -99,6 +100,17 @@ def _traced_len(aval: DiskArrayType, x: Any) -> int:
     return aval.shape[0]
 
 
+def _settle_calls() -> None:
+    """Wait until the compiled calls already dispatched have run their host
+    callbacks. On an accelerator a call returns before its program has run, and a
+    `DiskArray` it returns can name a file that its callbacks have yet to write (an
+    `update_`'s target: its handle is the argument's own, ready at once); sweeping
+    then would release the files those callbacks are about to read. A callback's
+    own thread does not wait (it would wait for itself)."""
+    if not in_callback():
+        jax.effects_barrier()
+
+
 class DiskArrayType(_hx.HiType):
     """The JAX type of a `DiskArray`: its shape and dtype (the file is not part of it)."""
 
@@ -145,6 +157,7 @@ class DiskArrayType(_hx.HiType):
         _refusals.refuse_checkpoint(self.shape)  # it would not raise its results back
         h = hi_val._handle
         if _is_concrete(h):
+            _settle_calls()
             _handles.sweep()  # a new compiled call starts: drop the last one's leftovers
             return [np.int32(h)]
         return [h]
@@ -154,6 +167,7 @@ class DiskArrayType(_hx.HiType):
         if np.ndim(h) if not isinstance(h, jax.core.Tracer) else h.ndim:
             _refusals.refuse_stacked_handles()
         if isinstance(h, jax.Array) and not isinstance(h, jax.core.Tracer):
+            _settle_calls()  # (the handle may be ready before the file's values are)
             h = int(h)
         return DiskArray._from_handle(h, self.shape, self.dtype)
 
