@@ -508,6 +508,32 @@ def test_a_stored_gradient_leaves_the_disk_with_its_last_reference():
     assert left == []
 
 
+def test_each_stored_gradient_of_one_pass_leaves_with_its_own_last_reference():
+    """One pass writes the gradients of two stored arrays: dropping one of them
+    removes its file while the other is kept (the pass's record holds both, and a
+    computed gradient no longer holds the record)."""
+    import gc
+
+    A, B = _data(8)
+    with ooc.MemoryBudget(BUDGET):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(B)
+        grad = jax.grad(lambda X, Y: ooc.mean(ooc.tanh(X) * Y), argnums=(0, 1))
+        before = set(ooc.get_scratch_dir().rglob("*"))
+        gc.disable()
+        try:
+            gx, gy = (g.persist() for g in grad(X, Y))
+            made = {f for f in set(ooc.get_scratch_dir().rglob("*")) - before if f.is_file()}
+            assert len([f for f in made if f.stat().st_size >= A.nbytes]) == 2, made
+            want_gx = np.asarray(gx.to_numpy(force=True))
+            del gy
+            left = [f for f in made if f.exists()]
+            got_gx = gx.to_numpy(force=True)
+        finally:
+            gc.enable()
+    assert len([f for f in left if f.stat().st_size >= A.nbytes]) == 1, left
+    np.testing.assert_array_equal(got_gx, want_gx)
+
+
 @pytest.mark.parametrize("seed", range(LOSSES))
 def test_random_losses_differentiated_in_their_data_take_one_pass(seed, where):
     rng = np.random.default_rng(FIRST + 2000 + seed)

@@ -248,7 +248,6 @@ def test_update_through_a_symlink_rewrites_its_target(tmp_path):
     np.testing.assert_array_equal(ooc.DiskArray.open(real).to_numpy(), np.full((4, 4), 5.0))
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")
 def test_update_in_a_read_only_directory_names_it(tmp_path):
     (tmp_path / "ro").mkdir()
     path = tmp_path / "ro" / "w.gpa"
@@ -256,6 +255,12 @@ def test_update_in_a_read_only_directory_names_it(tmp_path):
     w = ooc.DiskArray.open(path, writable=True)
     (tmp_path / "ro").chmod(0o555)
     try:
+        try:  # root, or a user allowed to override permissions (a sandbox's), writes there
+            (tmp_path / "ro" / "probe").touch()
+        except PermissionError:
+            pass
+        else:
+            pytest.skip("this user writes in a read-only directory")
         with pytest.raises(PermissionError, match="not writable"):
             w.update_(1.0)
     finally:

@@ -68,7 +68,7 @@ class DeferredCotangent(PendingResult):
         super().__init__(None, target.shape, dtype, target.page_shape)
         self.target = target
         self.shares = shares
-        self._computed = run
+        self._computed: Callable[[], Any] | None = run
         self._driver = driver
 
     def _compute(self) -> Any:
@@ -76,12 +76,21 @@ class DeferredCotangent(PendingResult):
         (scaled by each loss's cotangent, and summed); else computed as usual."""
         files = [s.record.gradient_of(self.target) for s in self.shares]
         if self._driver is None or not self.complete() or any(f is None for f in files):
+            assert self._computed is not None  # (dropped only once computed)
             return self._computed()
         total = None
         for f, s in zip(files, self.shares):
             part = f if np.all(s.scale == 1) else self._driver.forward(_Scale(s.scale), [f])
             total = part if total is None else self._driver.forward(_Add(), [total, part])
         return total
+
+    def _adopt(self, f: Any) -> None:
+        # computed: its shares (their records hold every gradient file their losses'
+        # passes wrote, of other arrays too) and its backward are no longer asked
+        # for (`complete` is False), so each stored gradient leaves with its own
+        # last reference; `backward` passes a cotangent on before computing it
+        super()._adopt(f)
+        self.shares, self._computed, self._driver = (), None, None
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         f = self.resolve()  # any computed file: a constant takes no ``out``
@@ -147,6 +156,7 @@ def backward(
     if not g.holds(output):
         return None
     grads: list[Any] = []
+    ordinary: list[tuple[int, Callable[[], Any]]] = []
     for pos, (v, w) in enumerate(zip(inputs, wants)):
         if not w:
             grads.append(None)
@@ -162,7 +172,10 @@ def backward(
             run = _computed(driver, op, inputs, output, g, wants, pos)
             grads.append(g.passed_to(run, v, (id(output), pos), driver))
         else:  # a stored array's gradient (data differentiated): the ordinary pass
-            grads.append(_computed(driver, op, inputs, output, g, wants, pos)())
+            grads.append(None)
+            ordinary.append((pos, _computed(driver, op, inputs, output, g, wants, pos)))
+    for pos, run in ordinary:  # (they compute ``g``, which then lets go of its shares:
+        grads[pos] = run()  # after it was passed on to the other inputs)
     return grads
 
 
