@@ -2,13 +2,27 @@
 # Run on the accelerator machine (a TPU host whose JAX came installed): install the
 # wheels carried in .whl-tpu/, then the device benchmark and `make test-device`,
 # their logs and results under $OUT. Arguments: the sizes of X in GiB to benchmark.
-# BENCH=0 or TESTS=0 leaves either out; PYTEST_ADDOPTS reaches the tests' pytest.
+# BENCH=0 or TESTS=0 leaves either out; PYTEST_ADDOPTS reaches the tests' pytest (by
+# default each test's outcome on its own line: a run stopped at its time limit still
+# names the tests that failed before).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps --no-compile \
   --no-cache-dir --upgrade --target /tmp/site .whl-tpu/*.whl || exit 1
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}:/tmp/site PYTHONUNBUFFERED=1
+export PYTEST_ADDOPTS=${PYTEST_ADDOPTS:--vv --tb=short -rfE}
+# gradpipe runs from src/; its entry points (xarray's chunk manager) from metadata
+python3 - <<'PY' || exit 1
+import pathlib, tomllib
+project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+info = pathlib.Path(f"/tmp/site/gradpipe-{project['version']}.dist-info")
+info.mkdir(parents=True, exist_ok=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: gradpipe\nVersion: {project['version']}\n")
+(info / "entry_points.txt").write_text("".join(
+    f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in points.items())
+    for group, points in project.get("entry-points", {}).items()))
+PY
 python3 -c 'import jax, platform; print(jax.__version__, jax.devices(), platform.libc_ver())'
 df -h /tmp . | tee "$OUT/df.txt"
 free -g | tee -a "$OUT/df.txt"
