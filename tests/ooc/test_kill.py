@@ -21,6 +21,9 @@ from gradpipe.ooc.storage import _debris
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process tests use /proc")
 
 SRC = str(Path(gradpipe.__file__).parents[1])
+#: a child imports gradpipe from the checkout and the rest from where this process
+#: does (a machine whose packages are named by PYTHONPATH too)
+PYTHONPATH = os.pathsep.join([SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 PAUSE = """
 import os, sys, time
@@ -61,7 +64,7 @@ if stop_at == "done":
 def _run_until_paused(tmp_path, code, *args, env=None):
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(code))
-    env = {**os.environ, "PYTHONPATH": SRC, "JAX_PLATFORMS": "cpu", **(env or {})}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "JAX_PLATFORMS": "cpu", **(env or {})}
     child = subprocess.Popen(
         [sys.executable, str(script), *map(str, args)],
         stdout=subprocess.PIPE,
@@ -130,7 +133,7 @@ def test_sigkill_debris_is_swept_by_the_next_process(tmp_path):
         [sys.executable, str(tmp_path / "child.py"), str(named)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": SRC, "JAX_PLATFORMS": "cpu", **env},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH, "JAX_PLATFORMS": "cpu", **env},
     )
     scratch_file = Path(child.stdout.readline().strip())
     assert child.stdout.readline().strip() == "paused"
@@ -153,7 +156,7 @@ def test_sigkill_debris_is_swept_by_the_next_process(tmp_path):
             "ooc.DiskArray.zeros((2, 2), path=sys.argv[1])",
             str(named),
         ],
-        env={**os.environ, "PYTHONPATH": SRC, "JAX_PLATFORMS": "cpu", **env},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH, "JAX_PLATFORMS": "cpu", **env},
         capture_output=True,
         text=True,
     )
@@ -183,7 +186,7 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path, app_handler):
         text=True,
         env={
             **os.environ,
-            "PYTHONPATH": SRC,
+            "PYTHONPATH": PYTHONPATH,
             "JAX_PLATFORMS": "cpu",
             "GRADPIPE_SCRATCH": str(scratch),
         },
