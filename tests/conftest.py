@@ -18,6 +18,31 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    """Run the tests in another order when ``GRADPIPE_TEST_ORDER`` asks, and a part of
+    them when ``GRADPIPE_TEST_SHARD`` asks (`_shard`)."""
+    _order(items)
+    _shard(config, items)
+
+
+def _shard(config, items) -> None:
+    """``GRADPIPE_TEST_SHARD=k/n``: every n-th test from the k-th (1 <= k <= n), so that
+    a suite longer than one sitting on a lent machine runs in n of them, each part a
+    like mix of the suite's files (`make test-device DEVICE_SHARD=1/3`)."""
+    shard = os.environ.get("GRADPIPE_TEST_SHARD", "")
+    if not shard:
+        return
+    k, _, n = shard.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise pytest.UsageError(
+            f"GRADPIPE_TEST_SHARD={shard!r} is not a part: use 'k/n' with 1 <= k <= n, "
+            "e.g. GRADPIPE_TEST_SHARD=1/3."
+        )
+    keep = [i % int(n) == int(k) - 1 for i in range(len(items))]
+    config.hook.pytest_deselected(items=[item for item, kept in zip(items, keep) if not kept])
+    items[:] = [item for item, kept in zip(items, keep) if kept]
+
+
+def _order(items) -> None:
     """Run the tests in another order when ``GRADPIPE_TEST_ORDER`` asks: ``reversed``,
     or ``shuffled:<seed>`` (an int). A test that passes only after another one left
     some state behind (a module-level cache, a default budget, the global RNG) fails
