@@ -12,6 +12,8 @@ TESTS = "\n".join(f"def test_{i}():\n    print('ran {i}')\n" for i in range(7))
 def _ran(pytester, monkeypatch, **env):
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_seven=TESTS)
+    for name in ("GRADPIPE_TEST_ORDER", "GRADPIPE_TEST_SHARD"):  # (this run's own, if any)
+        monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     result = pytester.runpytest("-p", "no:xdist", "-p", "no:randomly", "-v")
