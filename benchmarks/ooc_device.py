@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from _measure import status_mib
 from _params_workloads import CLASSES, WORKLOADS
 
 GIB, MIB, HEADER = 2**30, 2**20, 4096
@@ -105,8 +106,6 @@ def _hand_loop(w, params, mapped, target, block_rows, drop=False):
     """The loop a JAX user writes; ``drop``: within the budget, each block's pages
     of the map dropped once the next block's program is queued (else the map keeps
     every page it touched, X's size in the process's memory)."""
-    import mmap
-
     import jax
     import jax.numpy as jnp
 
@@ -136,7 +135,7 @@ def _hand_loop(w, params, mapped, target, block_rows, drop=False):
             value = value + v
             grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
         if drop:
-            forget(n - (n - 1) % block_rows - 1)
+            forget((n - 1) // block_rows * block_rows)  # the last block
         return value, grads
 
     return step
@@ -169,12 +168,6 @@ def _gradpipe(w, params, X, t, budget, jit, populate=True):
             _tile_program.POPULATE_VIEWS = True
 
     return step
-
-
-def _rss() -> int:
-    """This process's resident memory now, bytes (mapped pages of a file count)."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def _difference(got, want):
@@ -228,7 +221,7 @@ def run(args) -> list[dict]:
                 first = len(results)
                 for contender, fn in list(runs.items()):
                     mapped._mmap.madvise(mmap.MADV_DONTNEED)  # (what an earlier one mapped)
-                    rss = _rss()
+                    rss = status_mib("VmRSS")
                     before = ooc.io_stats()
                     try:
                         seconds, outs[contender] = _timed(fn, args.repeats)
@@ -251,7 +244,7 @@ def run(args) -> list[dict]:
                         "contender": contender,
                         "seconds": seconds,
                         "gb_per_s": X.nbytes / seconds / 1e9,
-                        "rss_mib": (_rss() - rss) / MIB,  # what it keeps in the process
+                        "rss_mib": status_mib("VmRSS") - rss,  # what it keeps in the process
                     }
                     if contender.startswith("gradpipe"):
                         row["read_per_step_x"] = io.bytes_read / (args.repeats + 1) / X.nbytes
