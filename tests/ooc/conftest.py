@@ -8,6 +8,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
+from suite_device import ON_DEVICE, compare_at_device_precision
 
 from gradpipe import ooc
 from gradpipe.ooc.arrays import _handles
@@ -15,11 +16,12 @@ from gradpipe.ooc.arrays import _handles
 #: `make test-device` (GRADPIPE_TEST_DEVICE=tpu): gradpipe's passes compute on the
 #: accelerator, JAX's default device; jax.numpy's answers, which the tests compare
 #: with, on the host's CPU (with the 64-bit types a test may ask for, which abort a
-#: TPU process), except in a module that names its TEST_DEVICE and compares there.
-ON_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu") != "cpu"
+#: TPU process), except in a module that names its TEST_DEVICE and compares there;
+#: comparisons of 32-bit floats at the device's precision (`suite_device`).
 if ON_DEVICE:
     jax.devices()  # this process holds the chip; the processes tests start, the CPU
     os.environ["JAX_PLATFORMS"] = "cpu"
+    compare_at_device_precision()
 
 
 @pytest.fixture(autouse=True)
