@@ -35,6 +35,7 @@ from ..planning._resident import is_resident
 from ..planning._stages import Where, note_next
 from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
+from ..storage._allocator import kept_between_pieces
 from ..storage._paged_file import PagedFile
 from ._compute_device import device_budget, device_for
 from ._executor import current_executor
@@ -220,6 +221,10 @@ class _Flow:
 DEVICE_AHEAD = 2
 
 
+#: why a pass cannot compute a stored array's gradient
+_IRREGULAR = "a stored array it differentiates is read other than tile by tile"
+
+
 @functools.lru_cache(maxsize=2)
 def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(workers, thread_name_prefix="gradpipe-one-pass")
@@ -273,7 +278,7 @@ def _forward(driver: Any, op: Any, top: Any, token: int) -> tuple[np.ndarray | N
         r is not None and reads_elsewhere(top, r, graph.data)
         for r in (step[3][0] for step in plan_steps(op, [tuple(top.shape)], plan))
     ):
-        return None, "a stored array it differentiates is read other than tile by tile"
+        return None, _IRREGULAR
     dtypes = [c.dtype for c in graph.chains]
     dtypes += [s.dtype for c in graph.chains for s in c.node.sources if hasattr(s, "dtype")]  # type: ignore[union-attr]
     device = device_for(driver.whole_budget, dtypes)
@@ -356,34 +361,37 @@ def _pass(
             where.runs_on = str(device)
         flow = _Flow(fold, record, None if device is None else where, bar)
         lag = ahead if device is not None else 0
-        try:
-            for step in plan_steps(op, shapes, plan):
-                region = step[3][0]
-                assert region is not None
-                ev = Evaluation(top, region)
-                running = flow.start(ev)
-                for piece in pieces_of(region, piece_limit(region, limit, in_flight)):
-                    tile = Tile(top, piece, ev, graph.data)
-                    if tile.irregular:
-                        return "a stored array it differentiates is read other than tile by tile"
-                    args = [*tile.args, seed] if kind == "sum" else tile.args
-                    keys = [*tile.keys, "seed"] if kind == "sum" else tile.keys
-                    program = tile.program(kind, tile_acc, device is None)
-                    _count(where, args, keys, device)
-                    work = (
-                        _pool(in_flight).submit(run, program, args)
-                        if sender is None
-                        else launch(program, args, sender, keys)
-                    )
-                    running.append((tile, work))
-                why = flow.advance(ahead, lag)
+        # on the host, each piece's program allocates its blocks afresh: they are
+        # kept in the heaps between pieces (`kept_between_pieces`)
+        with kept_between_pieces(room // in_flight if device is None else 0):
+            try:
+                for step in plan_steps(op, shapes, plan):
+                    region = step[3][0]
+                    assert region is not None
+                    ev = Evaluation(top, region)
+                    running = flow.start(ev)
+                    for piece in pieces_of(region, piece_limit(region, limit, in_flight)):
+                        tile = Tile(top, piece, ev, graph.data)
+                        if tile.irregular:
+                            return _IRREGULAR
+                        args = [*tile.args, seed] if kind == "sum" else tile.args
+                        keys = [*tile.keys, "seed"] if kind == "sum" else tile.keys
+                        program = tile.program(kind, tile_acc, device is None)
+                        _count(where, args, keys, device)
+                        work = (
+                            _pool(in_flight).submit(run, program, args)
+                            if sender is None
+                            else launch(program, args, sender, keys)
+                        )
+                        running.append((tile, work))
+                    why = flow.advance(ahead, lag)
+                    if why is not None:
+                        return why
+                why = flow.advance(0, 0)
                 if why is not None:
                     return why
-            why = flow.advance(0, 0)
-            if why is not None:
-                return why
-        finally:
-            flow.abandon()
+            finally:
+                flow.abandon()
         if bar is not None:
             bar.close()
         value = np.asarray(fold.finish(finish), out_dtype)
