@@ -248,7 +248,45 @@ def test_update_through_a_symlink_rewrites_its_target(tmp_path):
     np.testing.assert_array_equal(ooc.DiskArray.open(real).to_numpy(), np.full((4, 4), 5.0))
 
 
-def test_update_in_a_read_only_directory_names_it(tmp_path):
+def _refused_even_when_absent(unlink):
+    # gVisor (a sandbox's kernel) answers EACCES to removing a file that is not
+    # there from a directory the user cannot write; Linux answers ENOENT
+    def refusing(path, *args, **kwargs):
+        if not os.access(os.path.dirname(os.fspath(path)) or ".", os.W_OK):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return unlink(path, *args, **kwargs)
+
+    return refusing
+
+
+@pytest.mark.parametrize("system", ["linux", "gvisor"])
+def test_an_array_made_in_a_read_only_directory_names_it(tmp_path, monkeypatch, system):
+    if system == "gvisor":
+        monkeypatch.setattr(os, "unlink", _refused_even_when_absent(os.unlink))
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o555)
+    try:
+        try:  # root, or a user allowed to override permissions (a sandbox's), writes there
+            (tmp_path / "ro" / "probe").touch()
+        except PermissionError:
+            pass
+        else:
+            pytest.skip("this user writes in a read-only directory")
+        for make in (
+            lambda p: ooc.DiskArray.zeros((4, 4), path=p),
+            lambda p: ooc.DiskArray.from_numpy(np.ones((4, 4)), path=p),
+        ):
+            with pytest.raises(PermissionError, match=r"'.*ro' is not writable"):
+                make(tmp_path / "ro" / "w.gpa")
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+    assert list((tmp_path / "ro").iterdir()) == []
+
+
+@pytest.mark.parametrize("system", ["linux", "gvisor"])
+def test_update_in_a_read_only_directory_names_it(tmp_path, monkeypatch, system):
+    if system == "gvisor":
+        monkeypatch.setattr(os, "unlink", _refused_even_when_absent(os.unlink))
     (tmp_path / "ro").mkdir()
     path = tmp_path / "ro" / "w.gpa"
     ooc.DiskArray.zeros((4, 4), path=path)

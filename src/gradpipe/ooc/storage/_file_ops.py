@@ -13,9 +13,16 @@ __all__ = ["Closer", "allocate", "close_and_unlink", "fsync_dir", "unlink_quietl
 
 
 def unlink_quietly(path: str) -> None:
-    """Remove ``path``; a file already gone is no error."""
-    with contextlib.suppress(FileNotFoundError):
+    """Remove ``path``; a file already gone is no error (nor one never made: some
+    systems, gVisor's, refuse even to look for it in a directory the user cannot
+    write, where Linux says it is not there)."""
+    try:
         os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        if os.path.lexists(path):
+            raise
 
 
 def fsync_dir(path: str) -> None:

@@ -128,7 +128,15 @@ class PagedFile(PageLayout, NamedHandle):
         size = HEADER_BYTES + n_pages * math.prod(page_shape) * dtype.itemsize
         fd = -1
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except PermissionError as e:
+                raise PermissionError(
+                    e.errno,
+                    f"Cannot write {final!r}: {os.path.dirname(os.path.abspath(final))!r} is "
+                    "not writable (the array is written next to its name, then renamed). "
+                    "Make the directory writable, or give a path elsewhere.",
+                ) from None
             allocate(fd, size, tmp)
             os.pwrite(fd, header, 0)
             f = cls(tmp, shape, dtype, page_shape, fd=fd, final_path=final)
