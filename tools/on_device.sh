@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run on the accelerator machine (a TPU host whose JAX came installed): install the
-# wheels carried in .whl-tpu/, then the device benchmark and `make test-device`,
+# wheels carried in .whl-tpu/ (tools/device_wheels.txt says which and how to fetch
+# them), then the device benchmark and `make test-device`,
 # their logs and results under $OUT. Arguments: the sizes of X in GiB to benchmark.
 # BENCH=0 or TESTS=0 leaves either out; PYTEST_ADDOPTS reaches the tests' pytest (by
 # default each test's outcome on its own line: a run stopped at its time limit still
