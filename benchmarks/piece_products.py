@@ -1,0 +1,74 @@
+"""The products of one piece of the least-squares step: XLA on the CPU against NumPy.
+
+gradpipe computes a loss's pass on the host one piece at a time, each piece one XLA
+program (the chain and its gradient); the NumPy floor of `benchmarks/ooc_params.py`
+multiplies with OpenBLAS. This times the two products of the least-squares gradient
+on one piece held in memory (``X @ w`` and ``X.T @ r``, float32, 16 MiB by default),
+compiled by XLA for the CPU and in NumPy, in the same process, medians of several
+runs each, one thread of work at a time: what the step's floor ratio is made of.
+
+    .venv/bin/python benchmarks/piece_products.py
+    .venv/bin/python benchmarks/piece_products.py --rows 4096 --cols 256 --calls 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _timed(fn, calls: int, repeats: int) -> float:
+    """Median seconds of one call of ``fn`` (its result waited for)."""
+    jax.block_until_ready(fn())
+    runs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(calls):
+            jax.block_until_ready(fn())
+        runs.append((time.perf_counter() - t) / calls)
+    return statistics.median(runs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=16384)
+    ap.add_argument("--cols", type=int, default=256)
+    ap.add_argument("--calls", type=int, default=64, help="calls a run")
+    ap.add_argument("--repeats", type=int, default=5, help="runs (the median is shown)")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((args.rows, args.cols)).astype(np.float32)
+    w = rng.standard_normal(args.cols).astype(np.float32)
+    r = rng.standard_normal(args.rows).astype(np.float32)
+    y = rng.standard_normal(args.rows).astype(np.float32)
+
+    def step(w, X, y):  # the piece's share of least squares and its gradient
+        return jax.value_and_grad(lambda w: jnp.sum(jnp.square(X @ w - y)))(w)
+
+    xla = {
+        "X @ w": (jax.jit(lambda X, w: X @ w), (X, w)),
+        "X.T @ r": (jax.jit(lambda X, r: X.T @ r), (X, r)),
+        "value and gradient": (jax.jit(step), (w, X, y)),
+    }
+    numpy = {
+        "X @ w": lambda: X @ w,
+        "X.T @ r": lambda: X.T @ r,
+        "value and gradient": lambda: (lambda d: (d @ d, 2 * (X.T @ d)))(X @ w - y),
+    }
+    mib = X.nbytes / 2**20
+    print(f"one piece: {args.rows} x {args.cols} float32, {mib:.0f} MiB; jax {jax.__version__}")
+    print(f"{'product':<20} {'XLA ms':>8} {'NumPy ms':>9} {'XLA / NumPy':>12} {'XLA s/GiB':>10}")
+    for name, (fn, fn_args) in xla.items():
+        t_xla = _timed(lambda fn=fn, fn_args=fn_args: fn(*fn_args), args.calls, args.repeats)
+        t_np = _timed(numpy[name], args.calls, args.repeats)
+        per_gib = t_xla * 1024 / mib
+        print(f"{name:<20} {t_xla * 1e3:>8.2f} {t_np * 1e3:>9.2f} {t_xla / t_np:>12.1f} {per_gib:>10.3f}")
+
+
+if __name__ == "__main__":
+    main()
