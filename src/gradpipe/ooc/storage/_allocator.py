@@ -42,6 +42,8 @@ _M_MMAP_THRESHOLD = -3
 _TRIM_BYTES = 8 * 2**20
 _TOP_PAD_DEFAULT = 128 * 2**10  # glibc's (mallopt(3))
 _MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's largest on 64-bit machines
+#: a thread's heap is at most 64 MiB: a larger pad keeps nothing more there
+_TOP_PAD_MAX = 64 * 2**20
 _done = [False]
 _threshold = [_MMAP_THRESHOLD_MAX]  # the tiles' (`use_mmap_for_tiles`)
 _padding = threading.Lock()
@@ -52,7 +54,8 @@ _pads: list[int] = []  # the pads of the passes running now
 def _libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt, libc.malloc_trim  # noqa: B018 (glibc's, or no libc here)
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]  # (glibc's, or none here)
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
     except (OSError, AttributeError):
         return None
     return libc
@@ -73,22 +76,25 @@ def use_mmap_for_tiles(threshold: int = 2**20) -> bool:
 
 @contextlib.contextmanager
 def kept_between_pieces(nbytes: int) -> Iterator[None]:
-    """Keep up to ``nbytes`` of freed memory at each heap's top while the block runs
-    (the largest pad of the passes running at once); give it back after the last."""
+    """Keep up to ``nbytes`` (at most 64 MiB) of freed memory at each heap's top
+    while the block runs (the largest pad of the passes running at once); give it
+    back after the last. Only where the tiles' threshold is set (a pass's driver
+    sets it): what it restores is then known."""
     libc = _libc()
-    if libc is None or nbytes <= 0:
+    pad = min(nbytes, _TOP_PAD_MAX)
+    if libc is None or pad <= 0 or not _done[0]:
         yield
         return
     with _padding:
         if not _pads:
             libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
-        _pads.append(nbytes)
-        libc.mallopt(_M_TOP_PAD, max(_pads))
+        libc.mallopt(_M_TOP_PAD, max([pad, *_pads]))
+        _pads.append(pad)
     try:
         yield
     finally:
         with _padding:
-            _pads.remove(nbytes)
+            _pads.remove(pad)
             libc.mallopt(_M_TOP_PAD, max(_pads, default=_TOP_PAD_DEFAULT))
             if not _pads:
                 libc.mallopt(_M_MMAP_THRESHOLD, _threshold[0])

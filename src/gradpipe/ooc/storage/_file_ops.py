@@ -21,8 +21,13 @@ def unlink_quietly(path: str) -> None:
     except FileNotFoundError:
         pass
     except PermissionError:
-        if os.path.lexists(path):
-            raise
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass  # (whether it is there cannot be told: the removal's error stands)
+        raise
 
 
 def fsync_dir(path: str) -> None:

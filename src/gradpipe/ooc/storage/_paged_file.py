@@ -130,13 +130,17 @@ class PagedFile(PageLayout, NamedHandle):
         try:
             try:
                 fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            except PermissionError as e:
+            except OSError as e:
+                if not isinstance(e, PermissionError) and e.errno != errno.EROFS:
+                    raise
+                where = "set another (ooc.set_scratch_dir)" if scratch else "give a path elsewhere"
                 raise PermissionError(
                     e.errno,
                     f"Cannot write {final!r}: {os.path.dirname(os.path.abspath(final))!r} is "
                     "not writable (the array is written next to its name, then renamed). "
-                    "Make the directory writable, or give a path elsewhere.",
-                ) from None
+                    f"Make the directory writable, or {where}.",
+                    e.filename,
+                ) from e
             allocate(fd, size, tmp)
             os.pwrite(fd, header, 0)
             f = cls(tmp, shape, dtype, page_shape, fd=fd, final_path=final)
