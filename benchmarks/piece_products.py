@@ -67,7 +67,9 @@ def main() -> None:
         t_xla = _timed(lambda fn=fn, fn_args=fn_args: fn(*fn_args), args.calls, args.repeats)
         t_np = _timed(numpy[name], args.calls, args.repeats)
         per_gib = t_xla * 1024 / mib
-        print(f"{name:<20} {t_xla * 1e3:>8.2f} {t_np * 1e3:>9.2f} {t_xla / t_np:>12.1f} {per_gib:>10.3f}")
+        print(
+            f"{name:<20} {t_xla * 1e3:>8.2f} {t_np * 1e3:>9.2f} {t_xla / t_np:>12.1f} {per_gib:>10.3f}"
+        )
 
 
 if __name__ == "__main__":
