@@ -340,10 +340,12 @@ def _pass(
         summed=tuple(s for s in residents if is_differentiable(s.dtype)),
     ) as where:
         bar = driver._bar(tile_count(plan[1], plan[2]), "value and gradient")
-        # on a device, the next tiles are queued while the last one computes; where
-        # a stored array's gradient is written, the next tile computes while the
-        # last one's is written (within the plan: it holds two tiles' inputs)
-        ahead = DEVICE_AHEAD if device is not None else 1 if graph.data else 0
+        # on a device, the next tiles are queued while the last one computes; on the
+        # host the next tile's pieces run while the last one's views are released,
+        # its shares folded and its stored gradients written (within the plan: it
+        # holds two tiles' inputs). Least squares on 1 GiB, 2 cores: 0.156 s a step,
+        # 0.182 s retiring each tile before the next started.
+        ahead = DEVICE_AHEAD if device is not None else 1
         # the host's pieces in flight within half its budget; a device's, one a
         # tile, the tiles queued there within the device's budget
         in_flight = PIECES_IN_FLIGHT if device is None else 1
