@@ -341,10 +341,8 @@ def _pass(
     ) as where:
         bar = driver._bar(tile_count(plan[1], plan[2]), "value and gradient")
         # on a device, the next tiles are queued while the last one computes; on the
-        # host the next tile's pieces run while the last one's views are released,
-        # its shares folded and its stored gradients written (within the plan: it
-        # holds two tiles' inputs). Least squares on 1 GiB, 2 cores: 0.156 s a step,
-        # 0.182 s retiring each tile before the next started.
+        # host the next tile runs while the last one is retired and folded (the plan
+        # holds two tiles' inputs; least squares, 1 GiB: 0.156 s a step, not 0.182 s)
         ahead = DEVICE_AHEAD if device is not None else 1
         # the host's pieces in flight within half its budget; a device's, one a
         # tile, the tiles queued there within the device's budget
