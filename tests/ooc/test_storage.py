@@ -259,6 +259,15 @@ def _refused_even_when_absent(unlink):
     return refusing
 
 
+def _skip_where_this_user_writes(directory):
+    # root, or a user allowed to override permissions (a sandbox's), writes there
+    try:
+        (directory / "probe").touch()
+    except PermissionError:
+        return
+    pytest.skip("this user writes in a read-only directory")
+
+
 @pytest.mark.parametrize("system", ["linux", "gvisor"])
 def test_an_array_made_in_a_read_only_directory_names_it(tmp_path, monkeypatch, system):
     if system == "gvisor":
@@ -266,12 +275,7 @@ def test_an_array_made_in_a_read_only_directory_names_it(tmp_path, monkeypatch, 
     (tmp_path / "ro").mkdir()
     (tmp_path / "ro").chmod(0o555)
     try:
-        try:  # root, or a user allowed to override permissions (a sandbox's), writes there
-            (tmp_path / "ro" / "probe").touch()
-        except PermissionError:
-            pass
-        else:
-            pytest.skip("this user writes in a read-only directory")
+        _skip_where_this_user_writes(tmp_path / "ro")
         for make in (
             lambda p: ooc.DiskArray.zeros((4, 4), path=p),
             lambda p: ooc.DiskArray.from_numpy(np.ones((4, 4)), path=p),
@@ -293,12 +297,7 @@ def test_update_in_a_read_only_directory_names_it(tmp_path, monkeypatch, system)
     w = ooc.DiskArray.open(path, writable=True)
     (tmp_path / "ro").chmod(0o555)
     try:
-        try:  # root, or a user allowed to override permissions (a sandbox's), writes there
-            (tmp_path / "ro" / "probe").touch()
-        except PermissionError:
-            pass
-        else:
-            pytest.skip("this user writes in a read-only directory")
+        _skip_where_this_user_writes(tmp_path / "ro")
         with pytest.raises(PermissionError, match="not writable"):
             w.update_(1.0)
     finally:

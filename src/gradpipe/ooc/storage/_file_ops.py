@@ -20,13 +20,13 @@ def unlink_quietly(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-    except PermissionError:
+    except PermissionError as refused:
         try:
             os.lstat(path)
         except FileNotFoundError:
             return
-        except OSError:
-            pass  # (whether it is there cannot be told: the removal's error stands)
+        except OSError:  # whether it is there cannot be told: the removal's error stands
+            raise refused from None
         raise
 
 
