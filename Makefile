@@ -50,12 +50,14 @@ DEVICE_NO_SOCKETS ?= --ignore=tests/ooc/test_object_store.py --ignore=tests/ooc/
   --deselect=tests/ooc/xarray/test_xr_open.py::test_zarr_on_s3_is_read_in_place
 DEVICE_PAGES ?= docs/guides/out-of-core.md docs/guides/xarray.md
 # DEVICE_SHARD=k/n runs every n-th test from the k-th (a lent machine's call may be
-# shorter than the suite: about 20 minutes on a TPU v5e host)
+# shorter than the suite: about 20 minutes on a TPU v5e host); DEVICE_PAGES= (empty)
+# leaves the guides' journeys out
 DEVICE_SHARD ?=
+comma := ,
 test-device: $(if $(filter $(PY),$(DEVICE_PY)),$(STAMP))
 	GRADPIPE_TEST_SHARD=$(DEVICE_SHARD) GRADPIPE_TEST_DEVICE=$(DEVICE) JAX_DEFAULT_MATMUL_PRECISION=highest $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist $(DEVICE_NO_SOCKETS) $(DEVICE_TESTS)
-	GRADPIPE_TEST_DEVICE=$(DEVICE) JAX_PLATFORMS=$(DEVICE),cpu $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist \
-	  $(foreach page,$(DEVICE_PAGES),"tests/docs/test_snippets.py::test_page_blocks_run[$(page)]")
+	$(if $(strip $(DEVICE_PAGES)),GRADPIPE_TEST_DEVICE=$(DEVICE) JAX_PLATFORMS=$(DEVICE)$(comma)cpu $(DEVICE_PY) -m pytest -q -p no:cacheprovider -p no:xdist \
+	  $(foreach page,$(DEVICE_PAGES),"tests/docs/test_snippets.py::test_page_blocks_run[$(page)]"))
 
 # The suite as another machine would run it: a clean clone of the last commit (no
 # file this checkout has and git does not), one BLAS thread (dask's workers and
