@@ -90,6 +90,8 @@ def _workload_tables(workload: str, results: dict[str, list[dict]], x_bytes: int
     info = [
         ("jax-stream / faster floor", ratio(med.get("jax-stream"), floor)),
         ("jax-stream read / X", ratio(summary.get("jax-stream", {}).get("read"), x_bytes)),
+        ("gradpipe / numpy-mapped", ratio(med.get("gradpipe"), med.get("numpy-mapped"))),
+        ("numpy-mapped / numpy-memory", ratio(med.get("numpy-mapped"), med.get("numpy-memory"))),
         ("dask / numpy-memory", ratio(med.get("dask"), med.get("numpy-memory"))),
         ("jax-memory / numpy-memory", ratio(med.get("jax-memory"), med.get("numpy-memory"))),
     ]

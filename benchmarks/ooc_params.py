@@ -25,6 +25,11 @@ Contenders (each workload has each):
   the parts of gradpipe's ratios.
 - ``jax-memory`` (floor): the same jitted step, ``X`` and the target JAX arrays in memory.
 - ``numpy-memory`` (floor): NumPy in memory, the gradient by hand, adam in NumPy.
+- ``numpy-mapped`` (the floor of data read through a map, for information): the same
+  NumPy work on row windows of the ``.npy`` files, each window a map of its own (a
+  quarter of the budget of ``X``), computed and unmapped before the next: what
+  reading ``X`` through the page cache within the budget costs on this machine, with
+  no reading ahead, no threads of its own and nothing else in the way.
 - ``dask`` (peer): ``da.from_array`` of ``np.load(mmap_mode="r")`` in chunks of whole
   rows, about budget/8 bytes each; the same hand gradient in one ``dask.compute`` (X
   read once), threaded scheduler; adam in NumPy. The memmap goes in behind a thin
@@ -72,7 +77,7 @@ from _measure import mapped_bytes, measured, proc_io, write_report
 from _params_report import print_tables
 from _params_workloads import WORKLOADS, write_inputs
 
-CONTENDERS = ["gradpipe", "jax-memory", "numpy-memory", "dask", "jax-stream"]
+CONTENDERS = ["gradpipe", "jax-memory", "numpy-memory", "numpy-mapped", "dask", "jax-stream"]
 MIB, PAGE = 2**20, 4096
 LR, B1, B2, EPS = 1e-3, 0.9, 0.999, 1e-8  # optax.adam(1e-3) and its defaults
 
@@ -211,6 +216,43 @@ def _stream_worker(name: str, w, d: Path, budget_mib: int, init: dict):
     return rec, out
 
 
+def _windows(path: Path, rows: int):
+    """Row windows of the ``.npy`` file at ``path``, each a map of its own, unmapped
+    (its pages leave the RSS) once the caller is done with it."""
+    whole = np.load(path, mmap_mode="r")
+    n, row = whole.shape[0], whole[:1].nbytes
+    for r in range(0, n, rows):
+        m = min(rows, n - r)
+        yield np.memmap(path, whole.dtype, "r", whole.offset + r * row, (m, *whole.shape[1:]))
+
+
+def _mapped_worker(name: str, w, d: Path, budget_mib: int, init: dict):
+    xpath, tpath = d / "X.npy", d / f"{w.target}.npy"
+    n, k = np.load(xpath, mmap_mode="r").shape
+    rows, handed = max(1, budget_mib * MIB // 4 // (4 * k)), [0]
+
+    def step(params, state):
+        value, grads = 0.0, {key: 0.0 for key in params}
+        for Xb, tb in zip(_windows(xpath, rows), _windows(tpath, rows)):
+            v, g = w.hand(Xb, tb, params, lambda *parts: parts)  # (a window's mean)
+            share = len(Xb) / n
+            handed[0] += Xb.nbytes + tb.nbytes  # (read through the map: no system call)
+            value += share * float(v)
+            grads = {key: grads[key] + share * np.asarray(g[key], np.float64) for key in g}
+            del Xb, tb
+        grads = {key: np.asarray(g, np.float32) for key, g in grads.items()}
+        return (*_numpy_adam(params, state, grads), np.float32(value), grads)
+
+    zeros = {key: np.zeros_like(v) for key, v in init.items()}
+    params, state, _, _ = step(init, (0, zeros, zeros))
+    handed[0], io0 = 0, proc_io()
+    rec, out = measured(lambda: step(params, state))
+    io1 = proc_io()
+    rec["read"] = io1["rchar"] - io0["rchar"] + handed[0]
+    rec["written"], rec["block_rows"] = io1["wchar"] - io0["wchar"], rows
+    return rec, out
+
+
 def _numpy_worker(name: str, w, d: Path, budget_mib: int, init: dict):
     xpath, tpath = d / "X.npy", d / f"{w.target}.npy"
     if name == "numpy-memory":
@@ -250,6 +292,7 @@ WORKERS = {
     "gradpipe": _jax_worker,
     "jax-memory": _jax_worker,
     "numpy-memory": _numpy_worker,
+    "numpy-mapped": _mapped_worker,
     "dask": _numpy_worker,
     "jax-stream": _stream_worker,
 }

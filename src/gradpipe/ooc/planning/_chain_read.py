@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..storage import _aligned
 from ..storage._file_map import is_view, release
 from ..storage._paged_file import PagedFile, Region
 from ._chain_graph import is_chain_file
@@ -152,7 +153,8 @@ _pool = threading.local()
 
 def _buffer(region: Region, dtype: np.dtype) -> np.ndarray:
     """A C-contiguous buffer for a stored input's block, reused from this thread's
-    last reads where one of the shape is free (fresh large buffers cost page faults)."""
+    last reads where one of the shape is free (fresh large buffers cost page faults),
+    aligned so that a loss's pass computes on it in place (`_aligned`)."""
     shape = tuple(s.stop - s.start for s in region)
     free = getattr(_pool, "free", None)
     if free is None:
@@ -160,7 +162,7 @@ def _buffer(region: Region, dtype: np.dtype) -> np.ndarray:
     for k, b in enumerate(free):
         if b.shape == shape and b.dtype == dtype:
             return free.pop(k)
-    return np.empty(shape, dtype)
+    return _aligned.empty(shape, dtype)
 
 
 def _give_back(b: np.ndarray) -> None:
