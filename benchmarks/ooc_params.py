@@ -27,7 +27,7 @@ Contenders (each workload has each):
 - ``numpy-memory`` (floor): NumPy in memory, the gradient by hand, adam in NumPy.
 - ``numpy-mapped`` (the floor of data read through a map, for information): the same
   NumPy work on row windows of the ``.npy`` files, each window a map of its own (a
-  quarter of the budget of ``X``), computed and unmapped before the next: what
+  quarter of the budget of ``X``), dropped once computed: what
   reading ``X`` through the page cache within the budget costs on this machine, with
   no reading ahead, no threads of its own and nothing else in the way.
 - ``dask`` (peer): ``da.from_array`` of ``np.load(mmap_mode="r")`` in chunks of whole

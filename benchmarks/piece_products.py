@@ -9,8 +9,8 @@ runs each, one thread of work at a time: what the step's floor ratio is made of.
 
 XLA is timed twice: on arrays aligned to 64 bytes, as a pass hands it its blocks (a
 file's map, or gradpipe's aligned buffers), which JAX computes on in place; and on
-NumPy's own arrays, which start 16 bytes into their memory, and which JAX copies
-first at every call (the column "XLA, copied").
+arrays 16 bytes past such a boundary, where NumPy's large arrays start, which JAX
+copies first at every call (the column "XLA, copied"; NumPy computes on these).
 
     .venv/bin/python benchmarks/piece_products.py
     .venv/bin/python benchmarks/piece_products.py --rows 4096 --cols 256 --calls 64
@@ -39,10 +39,11 @@ def _timed(fn, calls: int, repeats: int) -> float:
     return statistics.median(runs)
 
 
-def _aligned(a: np.ndarray) -> np.ndarray:
-    """A copy of ``a`` whose data starts on a 64-byte boundary."""
-    raw = np.empty(a.nbytes + 64, np.uint8)
-    skip = -raw.ctypes.data % 64
+def _placed(a: np.ndarray, past: int) -> np.ndarray:
+    """A copy of ``a`` whose data starts ``past`` bytes after a 64-byte boundary (0:
+    aligned, as a pass's blocks are; 16: as NumPy's large arrays mostly start)."""
+    raw = np.empty(a.nbytes + 128, np.uint8)
+    skip = -raw.ctypes.data % 64 + past
     out = raw[skip : skip + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     return out
@@ -64,7 +65,8 @@ def main() -> None:
     def step(w, X, y):  # the piece's share of least squares and its gradient
         return jax.value_and_grad(lambda w: jnp.sum(jnp.square(X @ w - y)))(w)
 
-    Xa, wa, ra, ya = (_aligned(a) for a in (X, w, r, y))
+    Xa, wa, ra, ya = (_placed(a, 0) for a in (X, w, r, y))
+    X, w, r, y = (_placed(a, 16) for a in (X, w, r, y))  # (JAX copies them at each call)
     xla = {
         "X @ w": (jax.jit(lambda X, w: X @ w), (Xa, wa), (X, w)),
         "X.T @ r": (jax.jit(lambda X, r: X.T @ r), (Xa, ra), (X, r)),

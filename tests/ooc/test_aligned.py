@@ -13,8 +13,13 @@ from gradpipe.ooc.execution import _one_pass
 from gradpipe.ooc.storage import _aligned
 
 
+def test_empty_refuses_a_negative_dimension():
+    with pytest.raises(ValueError, match="negative"):
+        _aligned.empty((3, -1), np.float32)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.complex64])
-@pytest.mark.parametrize("shape", [(0,), (3,), (1000, 7), (2**20,), (5, 0, 3)])
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (1000, 7), (2**20,), (5, 0, 3)])
 def test_empty_is_aligned_and_whole(shape, dtype):
     a = _aligned.empty(shape, dtype)
     assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
@@ -36,7 +41,8 @@ def test_an_aligned_block_is_not_copied_by_jax():
 
 def test_a_loss_pass_gets_aligned_blocks_of_unmapped_pages(tmp_path, monkeypatch):
     """Pages of 1024 x 16 are not whole rows: each tile is read into a buffer, which
-    is aligned, and so is every piece of it the pass's programs are given."""
+    is aligned, and so is every piece of it the pass's programs are given (rows of
+    256 bytes: each piece starts on a multiple of 64 bytes into its tile)."""
     rng = np.random.default_rng(0)
     data = rng.standard_normal((8192, 64)).astype(np.float32)
     X = ooc.DiskArray.from_numpy(data, path=tmp_path / "x.gpa", page_shape=(1024, 16))

@@ -166,6 +166,9 @@ def _buffer(region: Region, dtype: np.dtype) -> np.ndarray:
 
 
 def _give_back(b: np.ndarray) -> None:
+    # (JAX computes on an aligned buffer in place, without a copy: a block given back
+    # is written by the next read, so nothing may hold a JAX array of it past the
+    # tile's `Evaluation.release`, as none does: a pass's programs have run by then)
     free = getattr(_pool, "free", None)
     if free is None:
         free = _pool.free = []
