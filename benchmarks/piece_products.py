@@ -11,6 +11,8 @@ XLA is timed twice: on arrays aligned to 64 bytes, as a pass hands it its blocks
 file's map, or gradpipe's aligned buffers), which JAX computes on in place; and on
 arrays 16 bytes past such a boundary, where NumPy's large arrays start, which JAX
 copies first at every call (the column "XLA, copied"; NumPy computes on these).
+``X.T @ r, 64 batches`` is the product as a host program of a loss's pass computes
+it (`execution/_row_products.py`): a batched product of 64 blocks of rows, summed.
 
     .venv/bin/python benchmarks/piece_products.py
     .venv/bin/python benchmarks/piece_products.py --rows 4096 --cols 256 --calls 64
@@ -49,6 +51,15 @@ def _placed(a: np.ndarray, past: int) -> np.ndarray:
     return out
 
 
+def _in_batches(X, r, b: int = 64):
+    """``X.T @ r`` as a batched product of ``b`` blocks of rows, then their sum."""
+    n, k = X.shape
+    parts = jax.lax.dot_general(
+        r.reshape(b, 1, n // b), X.reshape(b, n // b, k), (((2,), (1,)), ((0,), (0,)))
+    )
+    return parts.sum((0, 1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=16384)
@@ -70,11 +81,14 @@ def main() -> None:
     xla = {
         "X @ w": (jax.jit(lambda X, w: X @ w), (Xa, wa), (X, w)),
         "X.T @ r": (jax.jit(lambda X, r: X.T @ r), (Xa, ra), (X, r)),
+        # as a host program of a loss's pass computes it (`execution/_row_products.py`)
+        "X.T @ r, 64 batches": (jax.jit(_in_batches), (Xa, ra), (X, r)),
         "value and gradient": (jax.jit(step), (wa, Xa, ya), (w, X, y)),
     }
     numpy = {
         "X @ w": lambda: X @ w,
         "X.T @ r": lambda: X.T @ r,
+        "X.T @ r, 64 batches": lambda: X.T @ r,
         "value and gradient": lambda: (lambda d: (d @ d, 2 * (X.T @ d)))(X @ w - y),
     }
     mib = X.nbytes / 2**20

@@ -190,8 +190,9 @@ BINARY = ["add", "subtract", "multiply", "maximum"]
 
 
 def _random_loss(rng):
-    """A random elementwise graph over X, y and parameters w (K,), v (K,), s (),
-    reduced by a sum or a mean: (xp -> loss(p)) and whether it reads each node once."""
+    """A random elementwise graph over X, y, their rows' products with w and
+    parameters w (K,), v (K,), s (), reduced by a sum or a mean: (xp -> loss(p)) and
+    whether it reads each node once."""
     steps = []
     for _ in range(int(rng.integers(2, 6))):
         kind = rng.choice(["unary", "binary"])
@@ -204,7 +205,9 @@ def _random_loss(rng):
 
     def build(xp, X, y):
         def loss(p):
-            vals = [X, y, X * p["w"], p["v"] + y, p["s"] * X, p["w"]]
+            # (a product of the rows with w: its gradient's product is batched on the host)
+            rows = (X @ p["w"])[:, None] * y
+            vals = [X, y, X * p["w"], p["v"] + y, p["s"] * X, p["w"], rows]
             for step in steps:
                 if step[0] == "u":
                     x = vals[step[2] % len(vals)]
