@@ -2,8 +2,8 @@
 
 JAX hands a NumPy array to a program compiled for the host's CPU without copying it
 only where the array's data starts on a 64-byte boundary; otherwise it copies the
-whole block first (`benchmarks/piece_products.py`, 16 MiB: `X @ w` 0.51 ms aligned,
-3.11 ms copied). NumPy's own arrays are aligned to 16 bytes, rarely to 64 (a large
+whole block first (`benchmarks/piece_products.py`, 16 MiB: `X @ w` 0.49 ms aligned,
+4.46 ms copied). NumPy's own arrays are aligned to 16 bytes, rarely to 64 (a large
 one starts 16 bytes into its mapping, after glibc's header), so a tile read into a
 fresh `numpy.empty` (pages that are not whole rows, a store that is not mapped) was
 copied once more by every program of a loss's pass (`execution._one_pass`): a 512
