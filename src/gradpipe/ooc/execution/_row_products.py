@@ -37,7 +37,8 @@ def evaluate(closed: Any, args: Sequence[Any]) -> list[Any]:
         values = [_read(env, v) for v in eqn.invars]
         batches = _batches(eqn)
         if batches:
-            got: Any = _batched(batches, *values, eqn.params)
+            lhs, rhs = values
+            got: Any = _batched(batches, lhs, rhs, eqn.params)
         else:
             params = eqn.primitive.get_bind_params(eqn.params)
             ctx = getattr(eqn, "ctx", None)
