@@ -11,8 +11,9 @@ XLA is timed twice: on arrays aligned to 64 bytes, as a pass hands it its blocks
 file's map, or gradpipe's aligned buffers), which JAX computes on in place; and on
 arrays 16 bytes past such a boundary, where NumPy's large arrays start, which JAX
 copies first at every call (the column "XLA, copied"; NumPy computes on these).
-``X.T @ r, 64 batches`` is the product as a host program of a loss's pass computes
-it (`execution/_row_products.py`): a batched product of 64 blocks of rows, summed.
+``X.T @ r, in batches`` is the product as a host program of a loss's pass computes
+it (`execution/_row_products.py`): a batched product of (up to 64) blocks of rows,
+summed.
 
     .venv/bin/python benchmarks/piece_products.py
     .venv/bin/python benchmarks/piece_products.py --rows 4096 --cols 256 --calls 64
@@ -51,9 +52,11 @@ def _placed(a: np.ndarray, past: int) -> np.ndarray:
     return out
 
 
-def _in_batches(X, r, b: int = 64):
-    """``X.T @ r`` as a batched product of ``b`` blocks of rows, then their sum."""
+def _in_batches(X, r):
+    """``X.T @ r`` as a batched product of blocks of rows (as many as divide the rows,
+    up to 64), then their sum."""
     n, k = X.shape
+    b = next(b for b in range(min(64, n), 0, -1) if n % b == 0)
     parts = jax.lax.dot_general(
         r.reshape(b, 1, n // b), X.reshape(b, n // b, k), (((2,), (1,)), ((0,), (0,)))
     )
@@ -82,13 +85,13 @@ def main() -> None:
         "X @ w": (jax.jit(lambda X, w: X @ w), (Xa, wa), (X, w)),
         "X.T @ r": (jax.jit(lambda X, r: X.T @ r), (Xa, ra), (X, r)),
         # as a host program of a loss's pass computes it (`execution/_row_products.py`)
-        "X.T @ r, 64 batches": (jax.jit(_in_batches), (Xa, ra), (X, r)),
+        "X.T @ r, in batches": (jax.jit(_in_batches), (Xa, ra), (X, r)),
         "value and gradient": (jax.jit(step), (wa, Xa, ya), (w, X, y)),
     }
     numpy = {
         "X @ w": lambda: X @ w,
         "X.T @ r": lambda: X.T @ r,
-        "X.T @ r, 64 batches": lambda: X.T @ r,
+        "X.T @ r, in batches": lambda: X.T @ r,
         "value and gradient": lambda: (lambda d: (d @ d, 2 * (X.T @ d)))(X @ w - y),
     }
     mib = X.nbytes / 2**20

@@ -62,27 +62,56 @@ def test_only_a_vector_with_enough_rows_is_batched(fn, shapes):
     np.testing.assert_allclose(got[0], fn(*args), rtol=1e-6)
 
 
-def test_integers_are_not_batched():
-    a, b = np.ones(4096, np.int32), np.ones((4096, 3), np.int32)
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, jnp.bfloat16, np.complex64])
+def test_other_types_are_not_batched(dtype):
+    """Integers and complex numbers, and floats narrower than 32 bits (each batch's
+    result rounded to 16 bits would lose what XLA's one product keeps)."""
+    a, b = np.ones(4096, dtype), np.ones((4096, 3), dtype)
     (eqn,) = _products(_closed(lambda a, b: a @ b, a, b))
     assert _row_products._batches(eqn) == 0
 
 
-def test_a_least_squares_step_over_the_disk_matches_jax_numpy(tmp_path):
-    """The loss's pass on the host, with the batched gradient product, against
-    jax.numpy in memory: value and gradient."""
+def test_the_matrix_first_keeps_each_operands_precision():
+    rng = np.random.default_rng(0)
+    M, v = rng.standard_normal((4096, 5)).astype(np.float32), rng.standard_normal(4096)
+    v = v.astype(np.float32)
+
+    def fn(M, v):
+        dims = (((0,), (0,)), ((), ()))
+        precision = (jax.lax.Precision.HIGHEST, jax.lax.Precision.DEFAULT)
+        return jax.lax.dot_general(M, v, dims, precision=precision)
+
+    closed = _closed(fn, M, v)
+    (eqn,) = _products(closed)
+    assert _row_products._batches(eqn) > 0
+    got = jax.jit(lambda *a: _row_products.evaluate(closed, a))(M, v)
+    np.testing.assert_allclose(got[0], M.T.astype(np.float64) @ v, rtol=1e-5)
+    text = jax.jit(lambda *a: _row_products.evaluate(closed, a)).lower(M, v).as_text()
+    # the vector's precision first, the matrix's second, as the operands now stand
+    (line,) = [t for t in text.splitlines() if "dot_general" in t and "HIGHEST" in t]
+    assert line.index("DEFAULT") < line.index("HIGHEST")
+
+
+def test_a_least_squares_step_over_the_disk_matches_jax_numpy(tmp_path, monkeypatch):
+    """The loss's pass on the host, in one pass, its gradient's product batched,
+    against jax.numpy in memory: value and gradient."""
+    batched = []
+    real = _row_products._batched
+    monkeypatch.setattr(_row_products, "_batched", lambda *a: batched.append(a) or real(*a))
     rng = np.random.default_rng(3)
-    Xv = rng.standard_normal((20000, 48)).astype(np.float32)
-    yv = rng.standard_normal(20000).astype(np.float32)
+    Xv = rng.standard_normal((8192, 16)).astype(np.float32)
+    yv = rng.standard_normal(8192).astype(np.float32)
     X = ooc.DiskArray.from_numpy(Xv, path=tmp_path / "x.gpa")
     y = ooc.DiskArray.from_numpy(yv, path=tmp_path / "y.gpa")
-    p = {"w": jnp.asarray(rng.standard_normal(48).astype(np.float32)), "b": jnp.float32(0.3)}
+    p = {"w": jnp.asarray(rng.standard_normal(16).astype(np.float32)), "b": jnp.float32(0.3)}
 
     def loss(xp, X, y):
         return lambda p: xp.mean(xp.square(X @ p["w"] + p["b"] - y))
 
-    with ooc.MemoryBudget(2 * 2**20, device="host"):
-        value, grad = jax.jit(jax.value_and_grad(loss(ooc, X, y)))(p)
+    with ooc.MemoryBudget(256 * 2**10, device="host"):
+        plan = ooc.explain(jax.jit(jax.value_and_grad(loss(ooc, X, y))), p)
+    assert [s.phase for s in plan.stages] == ["value and gradient"] and batched
+    value, grad = plan.result
     want, want_grad = jax.value_and_grad(loss(jnp, Xv, yv))(p)
     np.testing.assert_allclose(value, want, rtol=1e-5)
     for k in p:

@@ -25,6 +25,9 @@ __all__ = ["evaluate"]
 _ROWS = 16
 #: batches at most
 _BATCHES = 64
+#: the types batched: each batch's result is rounded to its type before the sum,
+#: which in a narrower float (float16, bfloat16) loses what XLA's one product keeps
+_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def evaluate(closed: Any, args: Sequence[Any]) -> list[Any]:
@@ -41,6 +44,9 @@ def evaluate(closed: Any, args: Sequence[Any]) -> list[Any]:
             got: Any = _batched(batches, lhs, rhs, eqn.params)
         else:
             params = eqn.primitive.get_bind_params(eqn.params)
+            if isinstance(params, tuple):  # (JAX before 0.7: sub-functions, params)
+                subfuns, params = params
+                values = [*subfuns, *values]
             ctx = getattr(eqn, "ctx", None)
             with ctx.manager if ctx is not None else contextlib.nullcontext():
                 got = eqn.primitive.bind(*values, **params)
@@ -54,8 +60,8 @@ def _read(env: dict[Any, Any], atom: Any) -> Any:
 
 def _batches(eqn: Any) -> int:
     """Into how many batches of rows ``eqn`` is cut: a product of a vector (n,) with
-    a matrix (n, k) over their n, of floats; 0 where it is not one, or n is too
-    small or has no divisor to make batches of."""
+    a matrix (n, k) over their n, of 32- or 64-bit floats; 0 where it is not one,
+    or n is too small or has no divisor to make batches of."""
     if eqn.primitive.name != "dot_general" or len(eqn.invars) != 2:
         return 0
     (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
@@ -67,7 +73,7 @@ def _batches(eqn: Any) -> int:
         or tuple(lc) != (0,)
         or tuple(rc) != (0,)
         or [len(s) for s in shapes] != [1, 2]
-        or not all(np.issubdtype(a.dtype, np.floating) for a in (lhs, rhs))
+        or not all(np.dtype(a.dtype) in _TYPES for a in (lhs, rhs))
     ):
         return 0
     n = shapes[0][0]
@@ -82,6 +88,9 @@ def _batched(b: int, lhs: Any, rhs: Any, params: dict[str, Any]) -> Any:
     round, contracted over their first axes) as ``b`` batches of rows."""
     vector_first = np.ndim(lhs) == 1
     vector, matrix = (lhs, rhs) if vector_first else (rhs, lhs)
+    precision = params.get("precision")
+    if isinstance(precision, tuple) and not vector_first:  # (one per operand)
+        precision = precision[::-1]
     n, k = matrix.shape
     rows = jax.numpy.reshape(vector, (b, 1, n // b))
     block = jax.numpy.reshape(matrix, (b, n // b, k))
@@ -89,7 +98,7 @@ def _batched(b: int, lhs: Any, rhs: Any, params: dict[str, Any]) -> Any:
         rows,
         block,
         (((2,), (1,)), ((0,), (0,))),
-        precision=params.get("precision"),
+        precision=precision,
         preferred_element_type=params.get("preferred_element_type"),
     )
     return jax.numpy.sum(parts, axis=(0, 1), dtype=parts.dtype)
