@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc.execution import _compute_device
+from gradpipe.ooc.execution import _compute_device, _one_pass
 
 TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
 N, K, H, C = 2000, 16, 8, 4
@@ -95,6 +95,57 @@ def test_a_training_step_computes_on_the_device_as_jax_numpy_does_there(name, ji
     assert A.nbytes <= stage.to_device <= stage.io.bytes_read
     assert 0 < stage.from_device < 2**16
     assert f"computes on {stage.runs_on}" in str(plan)
+
+
+@pytest.mark.parametrize("name", ["least squares", "mlp"])
+def test_a_sums_tiles_are_folded_on_the_device_and_come_back_once(name, monkeypatch):
+    """A sum's tiles are added up on the device, each tile's share of the loss kept
+    apart: what comes back is one share a tile and each gradient once, and the
+    loss and gradients are those of tiles brought back and folded on the host (the
+    same additions in the same order)."""
+    A, y, hot = _data(4)
+    build = _least_squares if name == "least squares" else _mlp
+    second = y if name == "least squares" else hot
+    params = _params()
+    runs = {}
+    for on_device in (True, False):
+        monkeypatch.setattr(_one_pass, "SUMS_ON_DEVICE", on_device)
+        with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+            X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(second)
+            runs[on_device] = ooc.explain(jax.value_and_grad(build(ooc, X, Y)), params)
+    folded, each = runs[True], runs[False]
+    for g, w in zip(jax.tree.leaves(folded.result), jax.tree.leaves(each.result)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    (stage,) = folded.stages
+    assert stage.tiles > 2
+    # each tile brought back its share and the gradient of each in-memory operand
+    # it reads (the parameters', and a constant's the program differentiates too)
+    per_tile, rest = divmod(each.stages[0].from_device, stage.tiles)
+    share = 4  # (float32: the type jax.numpy sums float32 data in on a device)
+    differentiated = {"least squares": ("w", "b"), "mlp": ("W1", "b1", "W2", "b2")}[name]
+    assert rest == 0 and per_tile - share >= sum(params[k].nbytes for k in differentiated)
+    assert stage.from_device == stage.tiles * share + (per_tile - share)
+
+
+def test_gradients_of_operands_read_tile_by_tile_are_folded_on_the_device_each_where_it_goes():
+    """An in-memory operand read over each tile's own rows (a per-row weight) gets
+    each tile's gradient in its own place: tiles whose gradients go to different
+    places are summed apart."""
+    A, y, _ = _data(5)
+    v = jnp.asarray(np.random.default_rng(6).uniform(0.5, 1.5, N), jnp.float32)
+
+    def build(xp, X, y):
+        return lambda p: xp.mean(p["v"] * xp.square(X @ p["w"] - y))
+
+    params = {"v": v, "w": _params()["w"]}
+    want = jax.value_and_grad(build(jnp, jnp.asarray(A), jnp.asarray(y)))(params)
+    with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+        plan = ooc.explain(jax.value_and_grad(build(ooc, X, Y)), params)
+    _close(plan.result, want)
+    (stage,) = plan.stages
+    assert stage.phase == "value and gradient" and stage.tiles > 2
+    assert stage.runs_on == str(jax.devices(TEST_DEVICE)[0])
 
 
 def test_pieces_in_flight_fit_the_device_budget():

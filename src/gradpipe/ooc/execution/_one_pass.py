@@ -29,7 +29,7 @@ import numpy as np
 from ..kernels._promotion import is_differentiable
 from ..planning._chain import ChainFile, is_chain
 from ..planning._chain_graph import is_chain_file
-from ..planning._chain_read import Evaluation, pieces_of
+from ..planning._chain_read import Evaluation, pieces_of, region_key
 from ..planning._chain_readers import settle
 from ..planning._resident import is_resident
 from ..planning._stages import Where, note_next
@@ -38,6 +38,7 @@ from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._allocator import kept_between_pieces
 from ..storage._paged_file import PagedFile
 from ._compute_device import device_budget, device_for
+from ._device_sums import DeviceSums
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
 from ._loss_record import LOSS, Fold, Record, keep_record
@@ -149,15 +150,21 @@ def _settle(running: _Pieces) -> None:
             work.settle()
 
 
-def _fold(running: _Pieces, fold: Fold, record: Record, where: Where | None) -> str | None:
+def _fold(
+    running: _Pieces, fold: Fold, record: Record, where: Where | None, sums: DeviceSums | None
+) -> str | None:
     """Fold a tile's pieces into the loss and its gradients, writing a stored
     array's gradient. Why not, where JAX has no derivative of a step. ``where``: a
-    device's pass, counting what came back."""
+    device's pass, counting what came back; ``sums``: a sum's pass on a device,
+    whose pieces without a stored array's gradient are folded there."""
     for tile, work in running:
+        if sums is not None and isinstance(work, Launched) and not tile.data:
+            sums.add(tuple((id(c), pos, region_key(r)) for c, pos, r in tile.uses), tile.uses, work)
+            continue
         try:
             outs = work.result()
         except NotImplementedError as e:  # a step JAX cannot differentiate:
-            return f"JAX has no derivative of one of its steps ({e})"
+            return _NO_DERIVATIVE.format(e)
         if where is not None:
             where.from_device += sum(np.asarray(o).nbytes for o in outs)
         fold.add(tile.uses, outs)
@@ -176,6 +183,7 @@ class _Flow:
     record: Record
     where: Where | None  # a device's pass: counts what comes back
     bar: Any
+    sums: DeviceSums | None = None  # a sum's pass on a device: folded there
     queue: deque[tuple[Evaluation, _Pieces]] = dataclasses.field(default_factory=deque)
     folding: deque[_Pieces] = dataclasses.field(default_factory=deque)
 
@@ -195,11 +203,26 @@ class _Flow:
                 ev.release()
                 self.folding.append(done)
             if len(self.folding) > lag:
-                why = _fold(self.folding.popleft(), self.fold, self.record, self.where)
+                why = _fold(self.folding.popleft(), self.fold, self.record, self.where, self.sums)
                 if why is not None:
                     return why
                 if self.bar is not None:
                     self.bar.update(1)
+        return None
+
+    def drain(self) -> str | None:
+        """Bring back what was folded on the device and fold it here; why not, as
+        `_fold`."""
+        if self.sums is None:
+            return None
+        try:
+            groups = self.sums.results()
+        except NotImplementedError as e:
+            return _NO_DERIVATIVE.format(e)
+        for uses, shares, grads in groups:
+            if self.where is not None:
+                self.where.from_device += sum(np.asarray(o).nbytes for o in (*shares, *grads))
+            self.fold.add_summed(uses, shares, grads)
         return None
 
     def abandon(self) -> None:
@@ -220,6 +243,12 @@ class _Flow:
 #: by hand: 0.16 s); the host's budget holds three tiles' blocks (`ahead_for`).
 DEVICE_AHEAD = 2
 
+
+#: Whether a sum's pass on a device folds its tiles there (`_device_sums`), or brings
+#: each tile's results back to fold them on the host.
+SUMS_ON_DEVICE = True
+
+_NO_DERIVATIVE = "JAX has no derivative of one of its steps ({})"
 
 #: why a pass cannot compute a stored array's gradient
 _IRREGULAR = "a stored array it differentiates is read other than tile by tile"
@@ -359,7 +388,13 @@ def _pass(
         sender = None if device is None else Sender(device)
         if device is not None:
             where.runs_on = str(device)
-        flow = _Flow(fold, record, None if device is None else where, bar)
+        flow = _Flow(
+            fold,
+            record,
+            None if device is None else where,
+            bar,
+            DeviceSums() if device is not None and kind == "sum" and SUMS_ON_DEVICE else None,
+        )
         lag = ahead if device is not None else 0
         # on the host, each piece's program allocates its blocks afresh: they are
         # kept in the heaps between pieces (`kept_between_pieces`)
@@ -387,7 +422,7 @@ def _pass(
                     why = flow.advance(ahead, lag)
                     if why is not None:
                         return why
-                why = flow.advance(0, 0)
+                why = flow.advance(0, 0) or flow.drain()
                 if why is not None:
                     return why
             finally:

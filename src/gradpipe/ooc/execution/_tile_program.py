@@ -22,7 +22,7 @@ from jax.extend.core import ClosedJaxpr
 
 from ..kernels._promotion import is_differentiable
 from ..planning._chain import ChainFile, is_chain
-from ..planning._chain_read import Evaluation
+from ..planning._chain_read import Evaluation, region_key
 from ..planning._resident import is_resident
 from ..storage._file_map import is_view, populate
 from ..storage._paged_file import Region
@@ -133,9 +133,17 @@ class Launched:
     """A piece's program started on a device (`launch`): `result` waits for it and
     brings its outputs back in one transfer."""
 
-    def __init__(self, outs: Any = None, error: BaseException | None = None) -> None:
+    def __init__(
+        self, outs: Any = None, error: BaseException | None = None, x64: bool = False
+    ) -> None:
         self._outs = outs
         self._error = error
+        self._x64 = x64
+
+    def queued(self) -> tuple[Any, BaseException | None, bool]:
+        """Its outputs on the device, not waited for (None where it failed), its
+        error, and whether its program computes with 64-bit types."""
+        return self._outs, self._error, self._x64
 
     def result(self) -> list[np.ndarray]:
         if self._error is not None:
@@ -155,7 +163,7 @@ def launch(program: Program, args: list[Any], sender: Sender, keys: list[Any]) -
     tile meanwhile. A step JAX cannot differentiate fails at `Launched.result`."""
     try:
         with _types_of(program):
-            return Launched(_compiled(program)(*sender(args, keys)))
+            return Launched(_compiled(program)(*sender(args, keys)), x64=program.x64)
     except NotImplementedError as e:
         return Launched(error=e)
 
@@ -229,7 +237,7 @@ class Tile:
         self._walk(top, region)
 
     def _walk(self, c: ChainFile, region: Region) -> tuple[str, int]:
-        key = (id(c), _key(region))
+        key = (id(c), region_key(region))
         if key in self.step_keys:
             return ("s", self.step_keys[key])
         node = c.node
@@ -243,7 +251,7 @@ class Tile:
                 refs.append(("a", len(self.args)))  # one argument per use: its own gradient
                 self.wrt.append(len(self.args))
                 self.uses.append((c, pos, r))
-                self.keys.append((id(s), _key(r)))
+                self.keys.append((id(s), region_key(r)))
                 self.args.append(s if isinstance(s, np.ndarray) else s.read(r))
             else:
                 refs.append(("a", self._leaf(s, r)))
@@ -253,9 +261,9 @@ class Tile:
         return ("s", len(self.steps) - 1)
 
     def _leaf(self, s: Any, r: Region | None) -> int:
-        key = (id(s), _key(r))
+        key = (id(s), region_key(r))
         if id(s) in self._wanted and key not in self.arg_keys:
-            if _key(r) != _key(self.region) or any(
+            if region_key(r) != region_key(self.region) or any(
                 self.data[i] is s for i in range(len(self.data))
             ):
                 self.irregular = True
@@ -322,7 +330,7 @@ def reads_elsewhere(top: ChainFile, region: Region, data: dict[int, Any]) -> boo
     seen: set[tuple[int, Any]] = set()
 
     def walk(c: ChainFile, r: Region) -> bool:
-        key = (id(c), _key(r))
+        key = (id(c), region_key(r))
         if key in seen:
             return False
         seen.add(key)
@@ -333,7 +341,7 @@ def reads_elsewhere(top: ChainFile, region: Region, data: dict[int, Any]) -> boo
                 assert sr is not None
                 if walk(s, sr):
                     return True
-            elif id(s) in data and _key(sr) != _key(region):
+            elif id(s) in data and region_key(sr) != region_key(region):
                 return True
         return False
 
@@ -343,7 +351,3 @@ def reads_elsewhere(top: ChainFile, region: Region, data: dict[int, Any]) -> boo
 def in_memory(s: Any) -> bool:
     """Whether ``s`` is an in-memory operand (a JAX parameter, or a 0-d value)."""
     return is_resident(s) or (isinstance(s, np.ndarray) and s.shape == ())
-
-
-def _key(region: Region | None) -> Any:
-    return None if region is None else tuple((s.start, s.stop) for s in region)

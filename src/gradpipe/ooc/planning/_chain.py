@@ -115,6 +115,8 @@ class ChainFile:
         self.stored: Any = None  # the PagedFile once written
         self.passes = 0.0  # full reads made through the chain so far
         self._stats: Stats | None = None
+        #: its leaves, kept by `_chain_graph.leaves` with the store count they are of
+        self.leaves_memo: tuple[int, tuple[Any, ...]] | None = None
         self._lock = threading.Lock()
         for s in node.sources:
             watch(s, self)
@@ -123,7 +125,7 @@ class ChainFile:
         # sent to a cluster's workers (`_executor`): without its lock and cache
         state = self.__dict__.copy()
         del state["_lock"]
-        state["_stats"] = None
+        state["_stats"] = state["leaves_memo"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -303,7 +305,7 @@ class ChainFile:
         """Take ``f`` (holding this chain's values) as the stored copy."""
         self.stored = f
         node, self.node = self.node, None
-        self._stats = None
+        self._stats = self.leaves_memo = None
         note_stored()
         if node is not None:
             for s in node.sources:

@@ -20,7 +20,31 @@ from numpy.typing import DTypeLike
 from ..storage._paged_file import Region
 from ..storage._picked_rows import PickedRows
 
-__all__ = ["Node", "Unread", "computed_on_read", "depth", "describe", "is_chain_file", "leaves"]
+__all__ = [
+    "Node",
+    "Unread",
+    "computed_on_read",
+    "depth",
+    "describe",
+    "generation",
+    "is_chain_file",
+    "leaves",
+    "note_stored",
+]
+
+# chains stored so far: what is kept about a graph older than the last store is
+# found again (a stored chain inside it is a leaf now)
+_stored_count = [0]
+
+
+def generation() -> int:
+    """How many chains have been stored so far."""
+    return _stored_count[0]
+
+
+def note_stored() -> None:
+    """Count one more stored chain (what is kept about older graphs is found again)."""
+    _stored_count[0] += 1
 
 
 class Node:
@@ -44,6 +68,7 @@ class Node:
         "label",
         "n_outputs",
         "out_shape",
+        "probe_factors",
         "regions",
         "sources",
         "stops_gradient",
@@ -67,6 +92,9 @@ class Node:
         self.jax: Callable[..., Any] | None = None
         self.stops_gradient = False
         self.differentiated: tuple[bool, ...] | None = None
+        #: how much larger than a probe output tile each source's region is
+        #: (`_chain_stats`), found once
+        self.probe_factors: list[float] | None = None
 
 
 class Unread:
@@ -129,7 +157,21 @@ def describe(f: Any, name_leaf: Callable[[Any], str] | None = None) -> str:
 
 def leaves(f: Any) -> list[Any]:
     """The arrays behind ``f``: the stored files and in-memory operands a chain
-    reads, or ``[f]`` for a stored array (none for a 0-d value)."""
+    reads, or ``[f]`` for a stored array (none for a 0-d value). A chain keeps its
+    list (``leaves_memo``) until any chain is stored: a step asks it of the same
+    chains several times (to settle pending results, to size its budget)."""
+    if not computed_on_read(f):
+        return _leaves(f)
+    memo = f.leaves_memo
+    if memo is not None and memo[0] == _stored_count[0]:
+        return list(memo[1])
+    count = _stored_count[0]
+    out = _leaves(f)
+    f.leaves_memo = (count, tuple(out))
+    return out
+
+
+def _leaves(f: Any) -> list[Any]:
     out, stack, seen = [], [f], set()
     while stack:
         g = stack.pop()

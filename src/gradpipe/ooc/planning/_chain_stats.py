@@ -15,26 +15,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..storage._paged_file import Region
-from ._chain_graph import Node, computed_on_read, depth, is_chain_file
+from ._chain_graph import Node, computed_on_read, depth, generation, is_chain_file, note_stored
 
 __all__ = ["SUB_BYTES", "Stats", "generation", "note_stored", "read_factor"]
 
 #: The size of the pieces a chain runs on within one read (its intermediates).
 SUB_BYTES = 512 * 2**10
-
-# chains stored so far: cached statistics of a graph older than the last store are
-# recomputed (a stored chain inside it is a leaf now)
-_stored_count = [0]
-
-
-def generation() -> int:
-    """How many chains have been stored so far."""
-    return _stored_count[0]
-
-
-def note_stored() -> None:
-    """Count one more stored chain (cached statistics are then recomputed)."""
-    _stored_count[0] += 1
 
 
 class _Chain(Protocol):
@@ -58,7 +44,7 @@ class Stats:
 
     def __init__(self, top: _Chain) -> None:
         self.node = top.node
-        self.generation = _stored_count[0]
+        self.generation = generation()
         uses: dict[int, int] = {}
         order: list[tuple[str, Any, Any, float]] = []
         self._visit(top, 1.0, uses, order)
@@ -110,7 +96,14 @@ class Stats:
 
 
 def _factors(node: Node) -> list[float]:
-    """How much larger than the output tile each source region is (a probe tile)."""
+    """How much larger than the output tile each source region is (a probe tile),
+    found once a node (a chain's statistics are found again for each chain above it)."""
+    if node.probe_factors is None:
+        node.probe_factors = _probe_factors(node)
+    return node.probe_factors
+
+
+def _probe_factors(node: Node) -> list[float]:
     probe = tuple(slice(0, min(n, 64)) for n in node.out_shape)
     n_out = max(_elements(probe), 1)
     factors = []
