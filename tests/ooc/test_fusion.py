@@ -18,6 +18,7 @@ from gradcases import GradCase, check
 from rounding import assert_within, gamma
 
 from gradpipe import ooc
+from gradpipe.ooc.execution._driver import Driver
 from gradpipe.ooc.planning._chain import is_chain
 
 
@@ -217,6 +218,37 @@ def test_a_chain_too_deep_for_its_budget_is_cut_so_its_pieces_stay_large(rng):
         )
         want = jax.grad(lambda x: jnp.sum(long_chain(jnp, x)))(a)
         np.testing.assert_allclose(g.to_numpy(force=True), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("budget", ["64KiB", "1MiB", "4MiB"])
+def test_a_chains_bounds_decide_as_a_walk_of_its_graph_would(rng, budget):
+    """Each chain keeps bounds on its depth and steps (so that most chains need no
+    walk of their graph to know they are neither too deep nor too long): they are
+    never below the walk's figures, with steps shared and chains below stored, and
+    the decisions made from them are the walk's."""
+    from gradpipe.ooc.planning._chain import deeper_than, too_deep
+
+    a = rng.standard_normal((128, 96)).astype(np.float32)
+    chains = []
+    with ooc.MemoryBudget(budget):
+        x = ooc.DiskArray.from_numpy(a)
+        y = x
+        for i in range(40):
+            y = ooc.sin(y) * 0.9 + 0.01 * x if i % 3 else y * y + y  # (shared steps)
+            if i == 20:
+                y._file.store(Driver(ooc.MemoryBudget(budget), "test"))
+            if is_chain(y._file):
+                chains.append(y._file)
+        assert len(chains) > 30
+        for c in chains:
+            stats = c.stats()
+            assert c.bounds[0] >= stats.depth and c.bounds[1] >= len(stats.steps)
+            want = c.budget_bytes >= ooc.planning._chain.CUT_BUDGET and (
+                stats.piece_bytes < ooc.planning._chain.MIN_PIECE_BYTES
+            )
+            assert too_deep(c) == want
+            for depth in (1, 5, stats.depth, stats.depth + 1, 48):
+                assert deeper_than(c, depth) == (stats.depth >= depth)
 
 
 # ---------------------------------------------------------------- writes in place

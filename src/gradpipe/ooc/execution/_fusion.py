@@ -17,7 +17,14 @@ from numpy.typing import DTypeLike
 
 from ..planning import _stages
 from ..planning._budget import MemoryBudget, default_page_shape
-from ..planning._chain import MAX_DEPTH, MAX_READ_FACTOR, ChainFile, is_chain, too_deep
+from ..planning._chain import (
+    MAX_DEPTH,
+    MAX_READ_FACTOR,
+    ChainFile,
+    deeper_than,
+    is_chain,
+    too_deep,
+)
 from ..planning._chain_stats import read_factor
 from ..storage._paged_file import Region
 from ._executor import current_executor
@@ -64,7 +71,7 @@ def fuse(driver: _Fusing, op: Any, inputs: Sequence[Any]) -> ChainFile | None:
     ):
         return None
     for v in inputs:
-        if is_chain(v) and v.depth >= MAX_DEPTH:
+        if is_chain(v) and deeper_than(v, MAX_DEPTH):
             v.store(driver)
     dtype = np.dtype(op.output_dtype(*[v.dtype for v in inputs]))
     page = _page_like(inputs, out_shape, dtype.itemsize, driver.budget)
@@ -114,7 +121,7 @@ def fuse_map(
     ``compute(blocks)`` gives one block per entry of ``dtypes`` for an output
     region, from the ``regions(out_region)`` of ``sources``."""
     for v in sources:
-        if is_chain(v) and v.depth >= MAX_DEPTH:
+        if is_chain(v) and deeper_than(v, MAX_DEPTH):
             v.store(driver)
     page = _page_like(sources, shape, max(np.dtype(d).itemsize for d in dtypes), driver.budget)
     _stages.fused()

@@ -24,6 +24,7 @@ as the host computes in it.)
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -62,7 +63,15 @@ def is_constant(x: Any) -> bool:
 
 def is_differentiable(dtype: DTypeLike) -> bool:
     """Floating or complex: the dtypes JAX differentiates (others get no gradient)."""
-    return np.issubdtype(np.dtype(dtype), np.inexact)
+    try:
+        return _differentiable(dtype)
+    except TypeError:  # (a dtype-like that is not hashable)
+        return bool(np.issubdtype(np.dtype(dtype), np.inexact))
+
+
+@functools.lru_cache(maxsize=64)
+def _differentiable(dtype: DTypeLike) -> bool:
+    return bool(np.issubdtype(np.dtype(dtype), np.inexact))
 
 
 def _role(x: Any, type_of: TypeOf) -> tuple[str, Any]:

@@ -36,10 +36,10 @@ from numpy.typing import DTypeLike
 
 from ..storage._paged_file import Region
 from ..storage._picked_rows import PickedRows
-from ._chain_graph import Node, describe
+from ._chain_graph import Node, computed_on_read, describe
 from ._chain_read import Evaluation, current_region, pieces_of
 from ._chain_readers import Storer, unwatch, watch
-from ._chain_stats import Stats, generation, note_stored
+from ._chain_stats import Stats, generation, note_stored, piece_bytes
 
 __all__ = [
     "CUT_BUDGET",
@@ -47,6 +47,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_READ_FACTOR",
     "MIN_PIECE_BYTES",
+    "deeper_than",
     "is_chain",
     "too_deep",
     "unstored",
@@ -77,7 +78,22 @@ def too_deep(chain: ChainFile) -> bool:
     """Whether ``chain`` has so many steps for its budget that its pieces fall below
     `MIN_PIECE_BYTES` (then its chain inputs are better written: see `Driver.fuse`).
     Budgets under `CUT_BUDGET` keep every chain whole (pieces are small anyway)."""
-    return chain.budget_bytes >= CUT_BUDGET and chain.stats().piece_bytes < MIN_PIECE_BYTES
+    if chain.budget_bytes < CUT_BUDGET:
+        return False
+    if piece_bytes(chain.budget_bytes, chain.bounds[1]) >= MIN_PIECE_BYTES:
+        return False  # (at most that many steps: not too deep, without a walk)
+    return chain.stats().piece_bytes < MIN_PIECE_BYTES
+
+
+def deeper_than(chain: ChainFile, depth: int) -> bool:
+    """Whether ``chain`` has at least ``depth`` steps on its longest path (a walk of
+    its graph only where its bound says it may)."""
+    return chain.bounds[0] >= depth and chain.depth >= depth
+
+
+def _bounds(node: Node) -> tuple[int, int]:
+    below = [s.bounds for s in node.sources if computed_on_read(s)]
+    return 1 + max((d for d, _ in below), default=0), 1 + sum(n for _, n in below)
 
 
 def unstored(values: Iterable[Any]) -> list[ChainFile]:
@@ -115,6 +131,9 @@ class ChainFile:
         self.stored: Any = None  # the PagedFile once written
         self.passes = 0.0  # full reads made through the chain so far
         self._stats: Stats | None = None
+        #: at least its depth and its number of steps (chains below it stored since,
+        #: or steps it shares, make them fewer): `too_deep`, `deeper_than`
+        self.bounds: tuple[int, int] = _bounds(node)
         #: its leaves, kept by `_chain_graph.leaves` with the store count they are of
         self.leaves_memo: tuple[int, tuple[Any, ...]] | None = None
         self._lock = threading.Lock()

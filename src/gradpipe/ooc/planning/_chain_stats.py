@@ -17,7 +17,7 @@ import numpy as np
 from ..storage._paged_file import Region
 from ._chain_graph import Node, computed_on_read, depth, generation, is_chain_file, note_stored
 
-__all__ = ["SUB_BYTES", "Stats", "generation", "note_stored", "read_factor"]
+__all__ = ["SUB_BYTES", "Stats", "generation", "note_stored", "piece_bytes", "read_factor"]
 
 #: The size of the pieces a chain runs on within one read (its intermediates).
 SUB_BYTES = 512 * 2**10
@@ -61,8 +61,7 @@ class Stats:
             if kind == "leaf" and getattr(leaf, "on_disk", True)
         )
         steps = sum(kind == "node" for kind, *_ in order)
-        # pieces small enough that all of one read's take a sixteenth of the budget
-        self.piece_bytes = max(16, min(SUB_BYTES, top.budget_bytes // (32 * (1 + steps))))
+        self.piece_bytes = piece_bytes(top.budget_bytes, steps)
         self.fixed = 2 * self.piece_bytes * (1 + steps)
         self.leaf_bytes = sum(  # (`PickedRows` reads a share of what it gives)
             leaf.dtype.itemsize * factor * getattr(leaf, "read_share", 1.0)
@@ -93,6 +92,12 @@ class Stats:
             uses[id(leaf)] = uses.get(id(leaf), 0) + 1
             if uses[id(leaf)] == 1:
                 order.append(("leaf", leaf, f, factor))
+
+
+def piece_bytes(budget_bytes: int, steps: int) -> int:
+    """The size of a chain's pieces: small enough that all of one read's (its
+    intermediates, one a step) take a sixteenth of the budget."""
+    return max(16, min(SUB_BYTES, budget_bytes // (32 * (1 + steps))))
 
 
 def _factors(node: Node) -> list[float]:

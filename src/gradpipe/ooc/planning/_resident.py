@@ -134,7 +134,20 @@ def resident_operand(x: Any, dtype: DTypeLike, budget: MemoryBudget, what: str) 
         return None
     if nbytes > limit:
         _refuse_size(what, [shape], nbytes, budget)
+    if _held_as(x, held):  # (already so: no conversion for JAX to trace, each call)
+        return x
     return jnp.asarray(x, dtype=held)
+
+
+def _held_as(x: Any, dtype: np.dtype) -> bool:
+    """Whether ``x`` is a JAX array or tracer of ``dtype``, not weakly typed."""
+    aval = getattr(x, "aval", None)
+    return (
+        isinstance(x, (jax.Array, jax.core.Tracer))
+        and aval is not None
+        and getattr(aval, "dtype", None) == dtype
+        and not getattr(aval, "weak_type", True)
+    )
 
 
 def check_fits(
