@@ -1,15 +1,15 @@
 """A sum's tiles folded on the device that computed them, brought back once a pass.
 
-Bringing a tile's results back to the host waits for them, and on an accelerator a
-transfer to the host also waits behind the tiles' transfers queued before it: a
-pass that brought each tile's gradients back emptied its queue of transfers once a
-tile, and the device waited while the host read the next tile (least squares over
-2 GiB on a TPU v5e: 0.19 s a step against 0.16 s for a loop by hand that sums on
-the device). So a device's pass adds each tile's gradients to the sums of the
-tiles before it there (JAX queues the addition behind the tile's program), keeps
-each tile's share of the loss there, and brings everything back at the end, in one
-transfer: the host then adds the shares in the loss's own type, in tile order, as
-it adds those it computes itself.
+Bringing a tile's results back to the host waits for them, behind the transfers
+queued before them. So a device's pass adds each tile's gradients to the sums of
+the tiles before it there (JAX queues the addition behind the tile's program),
+keeps each tile's share of the loss there, and brings everything back when the
+pass ends, together: the host then adds the shares in the loss's own type, in tile
+order, as it adds those it computes itself (the same additions in the same order:
+the same loss and gradients as tiles brought back one by one). Measured on a TPU
+v5e over 2 GiB in 128 MiB tiles: the pass's waits for the tiles' results went from
+12-17 ms a step to 4-5 ms, and back from the chip came 1.1 KiB instead of 16 KiB
+for least squares, 68 KiB instead of 1.1 MiB for an MLP.
 
 Tiles fold together only where their gradients go to the same places (the same
 uses of the same operands over the same regions, as in a training step where each

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ import numpy as np
 from ..kernels._promotion import is_differentiable
 from ..planning._chain import ChainFile, is_chain
 from ..planning._chain_graph import is_chain_file
-from ..planning._chain_read import Evaluation, pieces_of, region_key
+from ..planning._chain_read import Evaluation, pieces_of
 from ..planning._chain_readers import settle
 from ..planning._resident import is_resident
 from ..planning._stages import Where, note_next
@@ -42,8 +41,9 @@ from ._device_sums import DeviceSums
 from ._executor import current_executor
 from ._held_results import hold_in_memory, track
 from ._loss_record import LOSS, Fold, Record, keep_record
+from ._tile_flow import Flow
 from ._tile_pieces import PIECES_IN_FLIGHT, piece_elements, piece_limit
-from ._tile_program import Launched, Sender, Tile, in_memory, launch, reads_elsewhere, run
+from ._tile_program import Sender, Tile, in_memory, launch, reads_elsewhere, run
 
 __all__ = ["forward", "one_pass_reduction"]
 
@@ -137,118 +137,21 @@ def _unstored(s: Any) -> bool:
     return is_chain_file(s) and s.stored is None
 
 
-#: A tile's pieces and their programs, running: on the host's pool, or queued on
-#: a device.
-_Pieces = list[tuple[Tile, "Future[list[np.ndarray]] | Launched"]]
-
-
-def _settle(running: _Pieces) -> None:
-    """Wait until every piece's program has run (they read the tile's views)."""
-    wait([work for _, work in running if isinstance(work, Future)])
-    for _, work in running:
-        if isinstance(work, Launched):
-            work.settle()
-
-
-def _fold(
-    running: _Pieces, fold: Fold, record: Record, where: Where | None, sums: DeviceSums | None
-) -> str | None:
-    """Fold a tile's pieces into the loss and its gradients, writing a stored
-    array's gradient. Why not, where JAX has no derivative of a step. ``where``: a
-    device's pass, counting what came back; ``sums``: a sum's pass on a device,
-    whose pieces without a stored array's gradient are folded there."""
-    for tile, work in running:
-        if sums is not None and isinstance(work, Launched) and not tile.data:
-            sums.add(tuple((id(c), pos, region_key(r)) for c, pos, r in tile.uses), tile.uses, work)
-            continue
-        try:
-            outs = work.result()
-        except NotImplementedError as e:  # a step JAX cannot differentiate:
-            return _NO_DERIVATIVE.format(e)
-        if where is not None:
-            where.from_device += sum(np.asarray(o).nbytes for o in outs)
-        fold.add(tile.uses, outs)
-        for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
-            record.gradient_of(d).write(tile.region, np.asarray(grad, d.dtype))
-    return None
-
-
-@dataclasses.dataclass
-class _Flow:
-    """The tiles of a pass between their start and their fold: ``queue``, those
-    whose programs may still read their views; ``folding``, those run whose
-    results are not yet read (on a device, read only once ``lag`` more have run)."""
-
-    fold: Fold
-    record: Record
-    where: Where | None  # a device's pass: counts what comes back
-    bar: Any
-    sums: DeviceSums | None = None  # a sum's pass on a device: folded there
-    queue: deque[tuple[Evaluation, _Pieces]] = dataclasses.field(default_factory=deque)
-    folding: deque[_Pieces] = dataclasses.field(default_factory=deque)
-
-    def start(self, ev: Evaluation) -> _Pieces:
-        running: _Pieces = []
-        self.queue.append((ev, running))
-        return running
-
-    def advance(self, ahead: int, lag: int) -> str | None:
-        """Retire tiles until at most ``ahead`` are queued (their programs run,
-        their views released) and fold them until at most ``lag`` wait; why not, as
-        `_fold`."""
-        while len(self.queue) > ahead or len(self.folding) > lag:
-            if len(self.queue) > ahead:
-                ev, done = self.queue.popleft()
-                _settle(done)  # (its programs read the tile's views)
-                ev.release()
-                self.folding.append(done)
-            if len(self.folding) > lag:
-                why = _fold(self.folding.popleft(), self.fold, self.record, self.where, self.sums)
-                if why is not None:
-                    return why
-                if self.bar is not None:
-                    self.bar.update(1)
-        return None
-
-    def drain(self) -> str | None:
-        """Bring back what was folded on the device and fold it here; why not, as
-        `_fold`."""
-        if self.sums is None:
-            return None
-        try:
-            groups = self.sums.results()
-        except NotImplementedError as e:
-            return _NO_DERIVATIVE.format(e)
-        for uses, shares, grads in groups:
-            if self.where is not None:
-                self.where.from_device += sum(np.asarray(o).nbytes for o in (*shares, *grads))
-            self.fold.add_summed(uses, shares, grads)
-        return None
-
-    def abandon(self) -> None:
-        """Stopped early: wait for the queued programs (they read the tiles' views)."""
-        for ev, running in self.queue:
-            _settle(running)
-            ev.release()
-        self.queue.clear()
-
-
 #: Tiles queued on a device beyond the oldest one: the pass's thread queues a
 #: tile's transfer and program and goes on (as a loop written by hand does),
 #: waiting for a tile's program to have run (its views then released) only once
-#: this many are queued behind it, and bringing its results back only once as many
-#: more have run (results come back behind the transfers queued before them).
-#: Measured on a TPU v5e, least squares over 2 GiB in 128 MiB tiles: 0.26 s a step
-#: with one tile queued, 0.19 s with two, 0.18-0.20 s with three or four (the loop
-#: by hand: 0.16 s); the host's budget holds three tiles' blocks (`ahead_for`).
+#: this many are queued behind it, and bringing its results back (where they are
+#: not folded there: `_device_sums`) only once as many more have run. Measured on a
+#: TPU v5e, least squares over 2 GiB in 128 MiB tiles: 0.26 s a step with one tile
+#: queued, 0.19 s with two, 0.18-0.20 s with three or four (the loop by hand: 0.16
+#: s; another lease: 0.22 s with two, 0.19-0.21 with three); the host's budget
+#: holds three tiles' blocks (`ahead_for`).
 DEVICE_AHEAD = 2
 
 
 #: Whether a sum's pass on a device folds its tiles there (`_device_sums`), or brings
 #: each tile's results back to fold them on the host.
 SUMS_ON_DEVICE = True
-
-_NO_DERIVATIVE = "JAX has no derivative of one of its steps ({})"
 
 #: why a pass cannot compute a stored array's gradient
 _IRREGULAR = "a stored array it differentiates is read other than tile by tile"
@@ -388,7 +291,7 @@ def _pass(
         sender = None if device is None else Sender(device)
         if device is not None:
             where.runs_on = str(device)
-        flow = _Flow(
+        flow = Flow(
             fold,
             record,
             None if device is None else where,

@@ -64,7 +64,7 @@ def is_constant(x: Any) -> bool:
 def is_differentiable(dtype: DTypeLike) -> bool:
     """Floating or complex: the dtypes JAX differentiates (others get no gradient)."""
     try:
-        return _differentiable(dtype)
+        return _differentiable(dtype)  # type: ignore[arg-type]  # (hashable, or below)
     except TypeError:  # (a dtype-like that is not hashable)
         return bool(np.issubdtype(np.dtype(dtype), np.inexact))
 

@@ -1,0 +1,124 @@
+"""The tiles of a loss's pass between their start and their fold (`_one_pass`).
+
+A tile's pieces run on the host's pool or are queued on a device; a tile stays
+queued while its programs may still read its views (then its views are released),
+and waits to be folded until later tiles have run (on a device, its results come
+back behind the transfers queued before them). A sum's pass on a device folds its
+tiles there (`_device_sums`) and brings them back once, at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from concurrent.futures import Future, wait
+from typing import Any
+
+import numpy as np
+
+from ..planning._chain_read import Evaluation, region_key
+from ..planning._stages import Where
+from ._device_sums import DeviceSums
+from ._loss_record import Fold, Record
+from ._tile_program import Launched, Tile
+
+__all__ = ["NO_DERIVATIVE", "Flow", "Pieces", "fold_tile", "settle_pieces"]
+
+NO_DERIVATIVE = "JAX has no derivative of one of its steps ({})"
+
+#: A tile's pieces and their programs, running: on the host's pool, or queued on
+#: a device.
+Pieces = list[tuple[Tile, "Future[list[np.ndarray]] | Launched"]]
+
+
+def settle_pieces(running: Pieces) -> None:
+    """Wait until every piece's program has run (they read the tile's views)."""
+    wait([work for _, work in running if isinstance(work, Future)])
+    for _, work in running:
+        if isinstance(work, Launched):
+            work.settle()
+
+
+def fold_tile(
+    running: Pieces, fold: Fold, record: Record, where: Where | None, sums: DeviceSums | None
+) -> str | None:
+    """Fold a tile's pieces into the loss and its gradients, writing a stored
+    array's gradient. Why not, where JAX has no derivative of a step. ``where``: a
+    device's pass, counting what came back; ``sums``: a sum's pass on a device,
+    whose pieces without a stored array's gradient are folded there."""
+    for tile, work in running:
+        if sums is not None and isinstance(work, Launched) and not tile.data:
+            sums.add(tuple((id(c), pos, region_key(r)) for c, pos, r in tile.uses), tile.uses, work)
+            continue
+        try:
+            outs = work.result()
+        except NotImplementedError as e:  # a step JAX cannot differentiate:
+            return NO_DERIVATIVE.format(e)
+        if where is not None:
+            where.from_device += sum(np.asarray(o).nbytes for o in outs)
+        fold.add(tile.uses, outs)
+        for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
+            record.gradient_of(d).write(tile.region, np.asarray(grad, d.dtype))
+    return None
+
+
+@dataclasses.dataclass
+class Flow:
+    """The tiles of a pass between their start and their fold: ``queue``, those
+    whose programs may still read their views; ``folding``, those run whose
+    results are not yet read (on a device, read only once ``lag`` more have run)."""
+
+    fold: Fold
+    record: Record
+    where: Where | None  # a device's pass: counts what comes back
+    bar: Any
+    sums: DeviceSums | None = None  # a sum's pass on a device: folded there
+    queue: deque[tuple[Evaluation, Pieces]] = dataclasses.field(default_factory=deque)
+    folding: deque[Pieces] = dataclasses.field(default_factory=deque)
+
+    def start(self, ev: Evaluation) -> Pieces:
+        running: Pieces = []
+        self.queue.append((ev, running))
+        return running
+
+    def advance(self, ahead: int, lag: int) -> str | None:
+        """Retire tiles until at most ``ahead`` are queued (their programs run,
+        their views released) and fold them until at most ``lag`` wait; why not, as
+        `fold_tile`."""
+        while len(self.queue) > ahead or len(self.folding) > lag:
+            if len(self.queue) > ahead:
+                ev, done = self.queue.popleft()
+                settle_pieces(done)  # (its programs read the tile's views)
+                ev.release()
+                self.folding.append(done)
+            if len(self.folding) > lag:
+                why = fold_tile(
+                    self.folding.popleft(), self.fold, self.record, self.where, self.sums
+                )
+                if why is not None:
+                    return why
+                if self.bar is not None:
+                    self.bar.update(1)
+        return None
+
+    def drain(self) -> str | None:
+        """Bring back what was folded on the device and fold it here; why not, as
+        `fold_tile`."""
+        if self.sums is None:
+            return None
+        try:
+            groups = self.sums.results()
+        except NotImplementedError as e:
+            return NO_DERIVATIVE.format(e)
+        for uses, shares, grads in groups:
+            if self.where is not None:
+                self.where.from_device += sum(np.asarray(o).nbytes for o in (*shares, *grads))
+            self.fold.add_summed(uses, shares, grads)
+        return None
+
+    def abandon(self) -> None:
+        """Stopped early: wait for the queued programs (they read the tiles' views)."""
+        for ev, running in self.queue:
+            settle_pieces(running)
+            ev.release()
+        self.queue.clear()

@@ -1,0 +1,142 @@
+"""Where a gradpipe training step's time goes on an accelerator, beside the hand loop.
+
+A diagnostic for issue 33 (not a benchmark): the least-squares and MLP steps of
+`benchmarks/ooc_device.py` over a 4 MiB X (the eager step's own cost) and over X of
+``size`` GiB, with the pass's own steps timed in place (the tile's gathering, the
+sends, the programs' launch, the waits for them, the pages' release, the folds),
+in variants that the pass's switches give: tiles queued ahead (`DEVICE_AHEAD`),
+sums folded on the device or brought back tile by tile (`SUMS_ON_DEVICE`), pages
+released or kept (kept: over the budget, for comparison only). Two rounds of six
+steps each, medians; each part is its total a step.
+
+    python3 tools/device_diag.py 2          # on the accelerator (via tools/on_device.sh's set-up)
+    python3 tools/device_diag.py 0.25 --cpu # the device path on JAX's CPU device
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import mmap
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import ooc_device as od
+from _params_workloads import WORKLOADS
+from gradpipe import ooc
+from gradpipe.ooc.execution import _one_pass, _tile_flow, _tile_program
+from gradpipe.ooc.planning import _chain_read
+
+GIB, K, BUDGET = 2**30, 256, 512 * 2**20
+_parts: collections.defaultdict[str, float] = collections.defaultdict(float)
+_keep_pages = [False]
+
+
+def _timed(name, fn):
+    def timed(*a, **k):
+        start = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            _parts[name] += time.perf_counter() - start
+
+    return timed
+
+
+def _instrument() -> None:
+    jax.device_put = _timed("device_put", jax.device_put)
+    _tile_program.populate = _timed("populate", _tile_program.populate)
+    _one_pass.launch = _timed("launch", _one_pass.launch)
+    _one_pass.Tile = _timed("Tile", _one_pass.Tile)
+    _one_pass._forward = _timed("pass", _one_pass._forward)
+    _tile_flow.settle_pieces = _timed("settle", _tile_flow.settle_pieces)
+    _tile_flow.fold_tile = _timed("fold", _tile_flow.fold_tile)
+    release = _chain_read.Evaluation.release
+
+    def maybe_release(self):
+        if _keep_pages[0]:
+            self.leaves.clear()
+        else:
+            release(self)
+
+    _chain_read.Evaluation.release = _timed("release", maybe_release)
+
+
+def _variants(w, params, X, t, mapped, target, rows, device):
+    block_rows = min(rows, max(1, BUDGET // 4 // (4 * K)))
+    fn = jax.value_and_grad(lambda p: ooc.mean(w.row_loss(ooc, p, X, t)))
+
+    def gradpipe(ahead=2, sums=True, keep=False):
+        def step():
+            _one_pass.DEVICE_AHEAD, _one_pass.SUMS_ON_DEVICE, _keep_pages[0] = ahead, sums, keep
+            try:
+                with ooc.MemoryBudget(BUDGET, device=device):
+                    return fn(params)
+            finally:
+                _one_pass.DEVICE_AHEAD, _one_pass.SUMS_ON_DEVICE, _keep_pages[0] = 2, True, False
+
+        return step
+
+    return {
+        "hand loop": od._hand_loop(w, params, mapped, target, block_rows),
+        "loop in budget": od._hand_loop(w, params, mapped, target, block_rows, True),
+        "gradpipe": gradpipe(),
+        "3 ahead": gradpipe(3),
+        "tile by tile": gradpipe(sums=False),
+        "3 ahead, tile by tile": gradpipe(3, sums=False),
+        "pages kept": gradpipe(keep=True),
+    }
+
+
+def main() -> None:
+    size = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
+    device = jax.devices("cpu")[0] if "--cpu" in sys.argv else None
+    _instrument()
+    print(jax.devices(), flush=True)
+    d = Path(tempfile.mkdtemp(prefix="gradpipe-diag-"))
+    ooc.set_scratch_dir(d / "scratch")
+    try:
+        for size_gib, repeats in [(1 / 256, 21), (size, 6)]:
+            rows = int(size_gib * GIB) // (4 * K)
+            with contextlib.redirect_stdout(io.StringIO()):
+                X, mapped, targets, disk = od._inputs(Path(tempfile.mkdtemp(dir=d)), rows, BUDGET)
+            print(f"X = {size_gib} GiB", flush=True)
+            for name, w in WORKLOADS.items():
+                params = jax.device_put(w.init(K))
+                runs = _variants(
+                    w, params, X, disk[w.target], mapped, targets[w.target], rows, device
+                )
+                times = collections.defaultdict(list)
+                parts = collections.defaultdict(lambda: collections.defaultdict(float))
+                for fn in runs.values():
+                    jax.block_until_ready(fn())  # compiles
+                for _ in range(2):
+                    for v, fn in runs.items():
+                        mapped._mmap.madvise(mmap.MADV_DONTNEED)
+                        for _ in range(repeats):
+                            _parts.clear()
+                            start = time.perf_counter()
+                            jax.block_until_ready(fn())
+                            times[v].append(time.perf_counter() - start)
+                            for k, x in _parts.items():
+                                parts[v][k] += x / (2 * repeats)
+                for v in runs:
+                    each = " ".join(f"{k}={x * 1e3:.1f}" for k, x in sorted(parts[v].items()))
+                    ms = statistics.median(times[v]) * 1e3
+                    print(f"{name} {v:22} {ms:8.1f} ms  {each}", flush=True)
+    finally:
+        ooc.set_scratch_dir(None)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
