@@ -127,10 +127,10 @@ def test_a_sums_tiles_are_folded_on_the_device_and_come_back_once(name, monkeypa
     assert stage.from_device == stage.tiles * share + (per_tile - share)
 
 
-def test_gradients_of_operands_read_tile_by_tile_are_folded_on_the_device_each_where_it_goes():
+def test_tiles_that_read_an_operand_in_part_are_folded_on_the_host(monkeypatch):
     """An in-memory operand read over each tile's own rows (a per-row weight) gets
-    each tile's gradient in its own place: tiles whose gradients go to different
-    places are summed apart."""
+    each tile's gradient in its own place: such tiles come back one by one (a sum on
+    the device per tile would hold the operand's size there), as before."""
     A, y, _ = _data(5)
     v = jnp.asarray(np.random.default_rng(6).uniform(0.5, 1.5, N), jnp.float32)
 
@@ -139,13 +139,22 @@ def test_gradients_of_operands_read_tile_by_tile_are_folded_on_the_device_each_w
 
     params = {"v": v, "w": _params()["w"]}
     want = jax.value_and_grad(build(jnp, jnp.asarray(A), jnp.asarray(y)))(params)
-    with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
-        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
-        plan = ooc.explain(jax.value_and_grad(build(ooc, X, Y)), params)
+    runs = {}
+    for on_device in (True, False):
+        monkeypatch.setattr(_one_pass, "SUMS_ON_DEVICE", on_device)
+        with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+            X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+            runs[on_device] = ooc.explain(jax.value_and_grad(build(ooc, X, Y)), params)
+    plan = runs[True]
     _close(plan.result, want)
     (stage,) = plan.stages
     assert stage.phase == "value and gradient" and stage.tiles > 2
     assert stage.runs_on == str(jax.devices(TEST_DEVICE)[0])
+    # each tile came back (its share, its rows' gradient of v, its gradient of w)
+    assert stage.from_device == stage.tiles * 4 + v.nbytes + stage.tiles * params["w"].nbytes
+    assert stage.from_device == runs[False].stages[0].from_device
+    for g, w in zip(jax.tree.leaves(plan.result), jax.tree.leaves(runs[False].result)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
 
 def test_pieces_in_flight_fit_the_device_budget():

@@ -11,10 +11,12 @@ v5e over 2 GiB in 128 MiB tiles: the pass's waits for the tiles' results went fr
 12-17 ms a step to 4-5 ms, and back from the chip came 1.1 KiB instead of 16 KiB
 for least squares, 68 KiB instead of 1.1 MiB for an MLP.
 
-Tiles fold together only where their gradients go to the same places (the same
-uses of the same operands over the same regions, as in a training step where each
-tile reads every parameter whole); a tile whose gradients go elsewhere starts a sum
-of its own.
+Only tiles that read each of their in-memory operands whole (as a training step's
+tiles read its parameters) are folded there: their gradients all go to the same
+places, so a pass keeps one parameter-sized sum on the device. A tile that reads an
+operand in part (a weight a row, read over the tile's rows), differentiates a
+stored array (its gradient is written to disk tile by tile) or failed to compile
+comes back to the host as before.
 """
 
 from __future__ import annotations
@@ -34,52 +36,35 @@ def _add() -> Any:
     return jax.jit(lambda a, b: [x + y for x, y in zip(a, b)])
 
 
-class _Group:
-    """Tiles whose gradients go to the same places: their shares of the loss, their
-    gradients' sums (on the device) and the first program of theirs that failed."""
-
-    __slots__ = ("failed", "grads", "shares", "uses")
-
-    def __init__(self, uses: Any) -> None:
-        self.uses = uses
-        self.shares: list[Any] = []
-        self.grads: list[Any] | None = None
-        self.failed: Launched | None = None
-
-
 class DeviceSums:
-    """The tiles of one device's pass, grouped by where their gradients go."""
+    """The tiles of one device's pass: their shares of the loss in the order they
+    came, their gradients summed by where they go."""
 
     def __init__(self) -> None:
-        self._groups: dict[Any, _Group] = {}
+        self._shares: list[Any] = []
+        self._groups: dict[Any, tuple[Any, list[Any]]] = {}
 
     def add(self, key: Any, uses: Any, work: Launched) -> None:
-        """Fold a tile's program (``key``: where its gradients go) into its group
-        without waiting for it; a program that failed raises at `results`."""
-        group = self._groups.get(key)
-        if group is None:
-            group = self._groups[key] = _Group(uses)
+        """Fold a tile's program, which ran or is queued (``key``: where its
+        gradients go, ``uses`` says it to the host's fold), without waiting."""
         outs, error, x64 = work.queued()
-        if group.failed is not None:
+        assert error is None  # (a failed program is folded on the host: it raises)
+        self._shares.append(outs[0])
+        got = self._groups.get(key)
+        if got is None:
+            self._groups[key] = (uses, list(outs[1:]))
             return
-        if error is not None:
-            group.failed = work
-            return
-        group.shares.append(outs[0])
-        if group.grads is None:
-            group.grads = list(outs[1:])
-        else:
-            with jax.enable_x64(x64):  # (as its program ran)
-                group.grads = _add()(group.grads, list(outs[1:]))
+        with jax.enable_x64(x64):  # (as its program ran)
+            self._groups[key] = (uses, _add()(got[1], list(outs[1:])))
 
-    def results(self) -> list[tuple[Any, list[Any], list[Any]]]:
-        """Each group's uses, its tiles' shares of the loss in tile order and its
-        gradients' sums, brought back together; raises what a failed program
-        raised."""
-        groups = list(self._groups.values())
-        self._groups.clear()
-        for group in groups:
-            if group.failed is not None:
-                group.failed.result()  # raises its error
-        back = jax.device_get([(g.shares, g.grads or []) for g in groups])
-        return [(g.uses, list(s), list(gr)) for g, (s, gr) in zip(groups, back)]
+    def results(self) -> tuple[list[Any], list[tuple[Any, list[Any]]]]:
+        """The tiles' shares of the loss in the order they came, and each group's
+        uses with its gradients' sums, brought back together."""
+        shares, groups = self._shares, list(self._groups.values())
+        self._shares, self._groups = [], {}
+        back_shares, back_grads = jax.device_get((shares, [g for _, g in groups]))
+        return list(back_shares), [(u, list(g)) for (u, _), g in zip(groups, back_grads)]
+
+    def clear(self) -> None:
+        """Let go of everything (a pass stopped early)."""
+        self._shares, self._groups = [], {}

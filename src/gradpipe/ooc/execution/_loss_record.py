@@ -101,14 +101,18 @@ class Fold:
             _add(self.record, c, pos, r, grad)
 
     def add_summed(
-        self, uses: list[tuple[ChainFile, int, Region | None]], shares: list[Any], grads: list[Any]
+        self,
+        shares: list[Any],
+        groups: list[tuple[list[tuple[ChainFile, int, Region | None]], list[Any]]],
     ) -> None:
         """A sum's tiles folded on their device (`_device_sums`): their shares of the
-        loss added here in tile order, as `add` adds them, their gradients' sums once."""
+        loss added here in the order they came, as `add` adds them, and each
+        group's gradients' sums once."""
         for share in shares:
             self.value = self.value + np.asarray(share, self.value.dtype)
-        for (c, pos, r), grad in zip(uses, grads):
-            _add(self.record, c, pos, r, grad)
+        for uses, grads in groups:
+            for (c, pos, r), grad in zip(uses, grads):
+                _add(self.record, c, pos, r, grad)
 
     def _beats(self, a: Any, b: Any) -> bool:
         return bool(a > b) if self.kind == "max" else bool(a < b)

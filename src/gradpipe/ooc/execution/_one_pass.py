@@ -325,9 +325,10 @@ def _pass(
                     why = flow.advance(ahead, lag)
                     if why is not None:
                         return why
-                why = flow.advance(0, 0) or flow.drain()
+                why = flow.advance(0, 0)
                 if why is not None:
                     return why
+                flow.drain()
             finally:
                 flow.abandon()
         if bar is not None:

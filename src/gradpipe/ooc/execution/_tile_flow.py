@@ -47,7 +47,7 @@ def fold_tile(
     device's pass, counting what came back; ``sums``: a sum's pass on a device,
     whose pieces without a stored array's gradient are folded there."""
     for tile, work in running:
-        if sums is not None and isinstance(work, Launched) and not tile.data:
+        if sums is not None and _folds_there(tile, work):
             sums.add(tuple((id(c), pos, region_key(r)) for c, pos, r in tile.uses), tile.uses, work)
             continue
         try:
@@ -60,6 +60,19 @@ def fold_tile(
         for d, grad in zip(tile.data, outs[1 + len(tile.uses) :]):
             record.gradient_of(d).write(tile.region, np.asarray(grad, d.dtype))
     return None
+
+
+def _folds_there(tile: Tile, work: Any) -> bool:
+    """Whether a piece is folded on its device (`_device_sums`): its program was
+    launched, it writes no stored array's gradient and it reads each in-memory
+    operand whole."""
+    if not isinstance(work, Launched) or work.queued()[1] is not None or tile.data:
+        return False
+    for c, pos, r in tile.uses:
+        shape = c.node.sources[pos].shape  # type: ignore[union-attr]
+        if r is not None and any(s.start != 0 or s.stop != n for s, n in zip(r, shape)):
+            return False
+    return True
 
 
 @dataclasses.dataclass
@@ -101,20 +114,15 @@ class Flow:
                     self.bar.update(1)
         return None
 
-    def drain(self) -> str | None:
-        """Bring back what was folded on the device and fold it here; why not, as
-        `fold_tile`."""
+    def drain(self) -> None:
+        """Bring back what was folded on the device and fold it here."""
         if self.sums is None:
-            return None
-        try:
-            groups = self.sums.results()
-        except NotImplementedError as e:
-            return NO_DERIVATIVE.format(e)
-        for uses, shares, grads in groups:
-            if self.where is not None:
-                self.where.from_device += sum(np.asarray(o).nbytes for o in (*shares, *grads))
-            self.fold.add_summed(uses, shares, grads)
-        return None
+            return
+        shares, groups = self.sums.results()
+        if self.where is not None:
+            back = [*shares, *(g for _, grads in groups for g in grads)]
+            self.where.from_device += sum(np.asarray(o).nbytes for o in back)
+        self.fold.add_summed(shares, groups)
 
     def abandon(self) -> None:
         """Stopped early: wait for the queued programs (they read the tiles' views)."""
@@ -122,3 +130,6 @@ class Flow:
             settle_pieces(running)
             ev.release()
         self.queue.clear()
+        self.folding.clear()
+        if self.sums is not None:
+            self.sums.clear()
