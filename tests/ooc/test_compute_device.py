@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc.execution import _compute_device, _one_pass
+from gradpipe.ooc.execution import _compute_device, _device_sums, _one_pass
 
 TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
 N, K, H, C = 2000, 16, 8, 4
@@ -139,12 +139,17 @@ def test_tiles_that_read_an_operand_in_part_are_folded_on_the_host(monkeypatch):
 
     params = {"v": v, "w": _params()["w"]}
     want = jax.value_and_grad(build(jnp, jnp.asarray(A), jnp.asarray(y)))(params)
-    runs = {}
+    runs, folded = {}, []
+    add = _device_sums.DeviceSums.add
+    monkeypatch.setattr(
+        _device_sums.DeviceSums, "add", lambda self, *a: folded.append(a) or add(self, *a)
+    )
     for on_device in (True, False):
         monkeypatch.setattr(_one_pass, "SUMS_ON_DEVICE", on_device)
         with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
             X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
             runs[on_device] = ooc.explain(jax.value_and_grad(build(ooc, X, Y)), params)
+    assert folded == []  # (none of its tiles was summed on the device)
     plan = runs[True]
     _close(plan.result, want)
     (stage,) = plan.stages

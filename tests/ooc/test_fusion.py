@@ -251,6 +251,24 @@ def test_a_chains_bounds_decide_as_a_walk_of_its_graph_would(rng, budget):
                 assert deeper_than(c, depth) == (stats.depth >= depth)
 
 
+def test_a_chains_leaves_are_found_again_once_a_chain_below_it_is_stored(rng):
+    """The leaves a chain reads are kept between asks, until a chain is stored: the
+    stored one is then a leaf of every chain above it, and what it read is not."""
+    from gradpipe.ooc.planning._chain_graph import leaves
+
+    a = rng.standard_normal((512, 256)).astype(np.float32)
+    with ooc.MemoryBudget("64MiB"):
+        x = ooc.DiskArray.from_numpy(a)
+        below = x * 0.5 + 1.0
+        top = below * 2.0 - 3.0
+        assert is_chain(top._file) and is_chain(below._file)
+        assert leaves(top._file) == [x._file] == leaves(top._file)
+        below._file.store(Driver(ooc.MemoryBudget("64MiB"), "test"))
+        assert leaves(top._file) == [below._file.stored]
+        want = (a * np.float32(0.5) + 1) * 2 - 3
+        np.testing.assert_allclose(top.to_numpy(force=True), want, rtol=1e-6)
+
+
 # ---------------------------------------------------------------- writes in place
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def fold_tile(
     device's pass, counting what came back; ``sums``: a sum's pass on a device,
     whose pieces without a stored array's gradient are folded there."""
     for tile, work in running:
-        if sums is not None and _folds_there(tile, work):
+        if sums is not None and _folds_there(work, tile):
             sums.add(tuple((id(c), pos, region_key(r)) for c, pos, r in tile.uses), tile.uses, work)
             continue
         try:
@@ -62,7 +62,7 @@ def fold_tile(
     return None
 
 
-def _folds_there(tile: Tile, work: Any) -> bool:
+def _folds_there(work: Any, tile: Tile) -> TypeGuard[Launched]:
     """Whether a piece is folded on its device (`_device_sums`): its program was
     launched, it writes no stored array's gradient and it reads each in-memory
     operand whole."""

@@ -134,8 +134,6 @@ class ChainFile:
         #: at least its depth and its number of steps (chains below it stored since,
         #: or steps it shares, make them fewer): `too_deep`, `deeper_than`
         self.bounds: tuple[int, int] = _bounds(node)
-        #: its leaves, kept by `_chain_graph.leaves` with the store count they are of
-        self.leaves_memo: tuple[int, tuple[Any, ...]] | None = None
         self._lock = threading.Lock()
         for s in node.sources:
             watch(s, self)
@@ -144,7 +142,7 @@ class ChainFile:
         # sent to a cluster's workers (`_executor`): without its lock and cache
         state = self.__dict__.copy()
         del state["_lock"]
-        state["_stats"] = state["leaves_memo"] = None
+        state["_stats"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -324,7 +322,7 @@ class ChainFile:
         """Take ``f`` (holding this chain's values) as the stored copy."""
         self.stored = f
         node, self.node = self.node, None
-        self._stats = self.leaves_memo = None
+        self._stats = None
         note_stored()
         if node is not None:
             for s in node.sources:

@@ -11,6 +11,8 @@ that the chain's own module can build on them.
 from __future__ import annotations
 
 import itertools
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -44,7 +46,15 @@ def generation() -> int:
 
 def note_stored() -> None:
     """Count one more stored chain (what is kept about older graphs is found again)."""
-    _stored_count[0] += 1
+    with _memo_lock:
+        _stored_count[0] += 1
+        _leaves_memo.clear()
+
+
+# each chain's leaves since the last store (`leaves`): let go of at every store, so
+# that a stored chain's old leaves are not kept alive through the chains above it
+_leaves_memo: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+_memo_lock = threading.Lock()
 
 
 class Node:
@@ -157,17 +167,19 @@ def describe(f: Any, name_leaf: Callable[[Any], str] | None = None) -> str:
 
 def leaves(f: Any) -> list[Any]:
     """The arrays behind ``f``: the stored files and in-memory operands a chain
-    reads, or ``[f]`` for a stored array (none for a 0-d value). A chain keeps its
-    list (``leaves_memo``) until any chain is stored: a step asks it of the same
-    chains several times (to settle pending results, to size its budget)."""
+    reads, or ``[f]`` for a stored array (none for a 0-d value). A chain's are kept
+    until any chain is stored: a step asks for them of the same chains several
+    times (to settle pending results, to size its budget)."""
     if not computed_on_read(f):
         return _leaves(f)
-    memo = f.leaves_memo
-    if memo is not None and memo[0] == _stored_count[0]:
-        return list(memo[1])
+    got = _leaves_memo.get(f)
+    if got is not None:
+        return list(got)
     count = _stored_count[0]
     out = _leaves(f)
-    f.leaves_memo = (count, tuple(out))
+    with _memo_lock:
+        if count == _stored_count[0]:  # (no store meanwhile: the walk saw this graph)
+            _leaves_memo[f] = tuple(out)
     return out
 
 
