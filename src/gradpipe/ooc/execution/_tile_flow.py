@@ -45,7 +45,7 @@ def fold_tile(
     """Fold a tile's pieces into the loss and its gradients, writing a stored
     array's gradient. Why not, where JAX has no derivative of a step. ``where``: a
     device's pass, counting what came back; ``sums``: a sum's pass on a device,
-    whose pieces without a stored array's gradient are folded there."""
+    where the pieces `_folds_there` says are folded."""
     for tile, work in running:
         if sums is not None and _folds_there(work, tile):
             sums.add(tuple((id(c), pos, region_key(r)) for c, pos, r in tile.uses), tile.uses, work)
