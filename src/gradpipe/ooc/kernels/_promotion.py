@@ -63,15 +63,12 @@ def is_constant(x: Any) -> bool:
 
 def is_differentiable(dtype: DTypeLike) -> bool:
     """Floating or complex: the dtypes JAX differentiates (others get no gradient)."""
-    try:
-        return _differentiable(dtype)  # type: ignore[arg-type]  # (hashable, or below)
-    except TypeError:  # (a dtype-like that is not hashable)
-        return bool(np.issubdtype(np.dtype(dtype), np.inexact))
+    return _inexact(np.dtype(dtype))
 
 
 @functools.lru_cache(maxsize=64)
-def _differentiable(dtype: DTypeLike) -> bool:
-    return bool(np.issubdtype(np.dtype(dtype), np.inexact))
+def _inexact(dtype: np.dtype) -> bool:
+    return bool(np.issubdtype(dtype, np.inexact))
 
 
 def _role(x: Any, type_of: TypeOf) -> tuple[str, Any]:
