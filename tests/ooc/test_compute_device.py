@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc.execution import _compute_device, _device_sums, _one_pass
+from gradpipe.ooc.execution import _compute_device, _device_sums, _one_pass, _tile_program
+from gradpipe.ooc.planning import _chain_read
 
 TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
 N, K, H, C = 2000, 16, 8, 4
@@ -303,3 +304,53 @@ def test_a_jitted_step_that_rewrites_its_data_is_read_after_it_ran(tmp_path):
             np.testing.assert_allclose(float(value), np.mean(residual**2), rtol=1e-4)
             want = want - 0.1 * (2 * X64.T @ residual / N)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch):
+    """A tile reading more than `DEVICE_PIECE_BYTES` goes to the device in pieces,
+    each its own transfer and program, queued one after another: a piece is waited
+    for only once `DEVICE_AHEAD` tiles' pieces are queued behind it, and a tile's
+    views are released only once every piece's program ran (they read them)."""
+    rng = np.random.default_rng(8)
+    A = rng.standard_normal((1 << 16, K)).astype(np.float32)
+    y = A[:, :3].sum(axis=1)
+    want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
+    made, launched, settled, of_tile, most = [], [], set(), {}, [0]
+    tile, launch = _one_pass.Tile, _one_pass.launch
+    settle, release = _tile_program.Launched.settle, _chain_read.Evaluation.release
+
+    def making(*a):
+        made.append(tile(*a))
+        return made[-1]
+
+    def launching(*a):
+        work = launch(*a)
+        launched.append(work)
+        of_tile.setdefault(id(made[-1].ev), []).append(work)
+        most[0] = max(most[0], sum(id(w) not in settled for w in launched))
+        return work
+
+    def settling(work):
+        settle(work)
+        settled.add(id(work))
+
+    def releasing(ev):
+        assert all(id(w) in settled for w in of_tile.pop(id(ev), []))
+        release(ev)
+
+    monkeypatch.setattr(_one_pass, "Tile", making)
+    monkeypatch.setattr(_one_pass, "launch", launching)
+    monkeypatch.setattr(_tile_program.Launched, "settle", settling)
+    monkeypatch.setattr(_chain_read.Evaluation, "release", releasing)
+    monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 96 * 2**10)
+    with ooc.MemoryBudget("4MiB", device=TEST_DEVICE):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+        plan = ooc.explain(jax.value_and_grad(_least_squares(ooc, X, Y)), _params())
+    _close(plan.result, want)
+    (stage,) = plan.stages
+    pieces, rest = divmod(len(launched), stage.tiles)
+    assert rest == 0 and pieces > 2 and of_tile == {}  # (every tile released)
+    assert A.nbytes + y.nbytes <= stage.to_device <= stage.io.bytes_read
+    assert most[0] == (_one_pass.DEVICE_AHEAD + 1) * pieces
+    # each piece read at most DEVICE_PIECE_BYTES of the data
+    assert all(t.args[0].nbytes + t.args[-1].nbytes <= 96 * 2**10 for t in made)

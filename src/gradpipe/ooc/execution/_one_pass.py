@@ -138,15 +138,20 @@ def _unstored(s: Any) -> bool:
 
 
 #: Tiles queued on a device beyond the oldest one: the pass's thread queues a
-#: tile's transfer and program and goes on (as a loop written by hand does),
-#: waiting for a tile's program to have run (its views then released) only once
-#: this many are queued behind it, and bringing its results back (where they are
-#: not folded there: `_device_sums`) only once as many more have run. Measured on a
-#: TPU v5e, least squares over 2 GiB in 128 MiB tiles: 0.26 s a step with one tile
-#: queued, 0.19 s with two, 0.18-0.20 s with three or four (the loop by hand: 0.16
-#: s; another lease: 0.22 s with two, 0.19-0.21 with three); the host's budget
-#: holds three tiles' blocks (`ahead_for`).
+#: piece's transfer and program and goes on (as a loop written by hand does),
+#: waiting for the oldest piece's program to have run (a tile's views released once
+#: all its pieces ran) only once this many tiles' pieces are queued behind it, and
+#: bringing a tile's results back (where they are not folded there: `_device_sums`)
+#: only once as many more tiles have run. The host's budget holds three tiles'
+#: blocks (`ahead_for`).
 DEVICE_AHEAD = 2
+
+#: The most bytes of data a piece on a device reads: a 512 MiB budget's 128 MiB
+#: tiles go in two. Measured on a TPU v5e, a loop by hand over 2 GiB (least
+#: squares; MLP): 128 MiB blocks with two queued behind the one waited for took
+#: 0.18-0.19 s a step, 64 MiB ones with five queued 0.163-0.164 s (as the loop
+#: that queues all sixteen: 0.16 s), 32 MiB ones with eleven 0.18-0.19 s.
+DEVICE_PIECE_BYTES = 96 * 2**20
 
 
 #: Whether a sum's pass on a device folds its tiles there (`_device_sums`), or brings
@@ -276,8 +281,9 @@ def _pass(
         # host the next tile runs while the last one is retired and folded (the plan
         # holds two tiles' inputs; least squares, 1 GiB: 0.156 s a step, not 0.182 s)
         ahead = DEVICE_AHEAD if device is not None else 1
-        # the host's pieces in flight within half its budget; a device's, one a
-        # tile, the tiles queued there within the device's budget
+        # the host's pieces in flight within half its budget; a device's, queued
+        # one after another, of at most DEVICE_PIECE_BYTES read, the tiles queued
+        # there within the device's budget
         in_flight = PIECES_IN_FLIGHT if device is None else 1
         room = (
             driver.budget.nbytes // 2
@@ -288,6 +294,10 @@ def _pass(
             // (2 * ahead + 1 if graph.data else ahead + 1)
         )
         limit = piece_elements(len(graph.chains), top.dtype, room // in_flight)
+        if device is not None:  # (what a piece reads from disk, per element)
+            limit = min(
+                limit, max(1024, int(DEVICE_PIECE_BYTES / max(1.0, top.stats().leaf_bytes)))
+            )
         sender = None if device is None else Sender(device)
         if device is not None:
             where.runs_on = str(device)
@@ -303,12 +313,15 @@ def _pass(
         # kept in the heaps between pieces (`kept_between_pieces`)
         with kept_between_pieces(room // in_flight if device is None else 0):
             try:
+                most = 1  # the most pieces a tile has had
                 for step in plan_steps(op, shapes, plan):
                     region = step[3][0]
                     assert region is not None
                     ev = Evaluation(top, region)
                     running = flow.start(ev)
-                    for piece in pieces_of(region, piece_limit(region, limit, in_flight)):
+                    pieces = list(pieces_of(region, piece_limit(region, limit, in_flight)))
+                    most = max(most, len(pieces))
+                    for piece in pieces:
                         tile = Tile(top, piece, ev, graph.data)
                         if tile.irregular:
                             return _IRREGULAR
@@ -316,13 +329,17 @@ def _pass(
                         keys = [*tile.keys, "seed"] if kind == "sum" else tile.keys
                         program = tile.program(kind, tile_acc, device is None)
                         _count(where, args, keys, device)
-                        work = (
-                            _pool(in_flight).submit(run, program, args)
-                            if sender is None
-                            else launch(program, args, sender, keys)
-                        )
-                        running.append((tile, work))
-                    why = flow.advance(ahead, lag)
+                        if sender is None:
+                            running.append((tile, _pool(in_flight).submit(run, program, args)))
+                            continue
+                        running.append((tile, launch(program, args, sender, keys)))
+                        # a piece waited for once ``ahead`` tiles' pieces are queued
+                        # behind it (the host's budget holds their views)
+                        why = flow.advance((ahead + 1) * most - 1, lag)
+                        if why is not None:
+                            return why
+                    # on the host, the last tile retired once this one's pieces run
+                    why = flow.advance(len(pieces), lag) if sender is None else None
                     if why is not None:
                         return why
                 why = flow.advance(0, 0)

@@ -78,8 +78,9 @@ def _folds_there(work: Any, tile: Tile) -> TypeGuard[Launched]:
 @dataclasses.dataclass
 class Flow:
     """The tiles of a pass between their start and their fold: ``queue``, those
-    whose programs may still read their views; ``folding``, those run whose
-    results are not yet read (on a device, read only once ``lag`` more have run)."""
+    whose programs may still read their views (``ran``: how many pieces of the
+    oldest have run); ``folding``, those run whose results are not yet read (on a
+    device, read only once ``lag`` more have run)."""
 
     fold: Fold
     record: Record
@@ -88,23 +89,35 @@ class Flow:
     sums: DeviceSums | None = None  # a sum's pass on a device: folded there
     queue: deque[tuple[Evaluation, Pieces]] = dataclasses.field(default_factory=deque)
     folding: deque[Pieces] = dataclasses.field(default_factory=deque)
+    ran: int = 0
 
     def start(self, ev: Evaluation) -> Pieces:
         running: Pieces = []
         self.queue.append((ev, running))
         return running
 
+    def queued(self) -> int:
+        """The pieces queued whose programs may not have run yet."""
+        return sum(len(running) for _, running in self.queue) - self.ran
+
     def advance(self, ahead: int, lag: int) -> str | None:
-        """Retire tiles until at most ``ahead`` are queued (their programs run,
-        their views released) and fold them until at most ``lag`` wait; why not, as
-        `fold_tile`."""
-        while len(self.queue) > ahead or len(self.folding) > lag:
-            if len(self.queue) > ahead:
-                ev, done = self.queue.popleft()
-                settle_pieces(done)  # (its programs read the tile's views)
-                ev.release()
-                self.folding.append(done)
-            if len(self.folding) > lag:
+        """Wait for the oldest pieces' programs until at most ``ahead`` pieces are
+        queued, retiring each tile all of whose pieces ran (its views released),
+        and fold retired tiles until at most ``lag`` wait; why not, as
+        `fold_tile`. (The newest tile, its pieces still being started, is never
+        retired while ``ahead`` leaves one of them queued.)"""
+        while self.queued() > ahead or len(self.folding) > lag:
+            if self.queued() > ahead:
+                ev, running = self.queue[0]
+                if self.ran < len(running):  # (its programs read the tile's views)
+                    settle_pieces(running[self.ran : self.ran + 1])
+                    self.ran += 1
+                if self.ran == len(running):
+                    self.queue.popleft()
+                    self.ran = 0
+                    ev.release()
+                    self.folding.append(running)
+            elif len(self.folding) > lag:
                 why = fold_tile(
                     self.folding.popleft(), self.fold, self.record, self.where, self.sums
                 )
@@ -130,6 +143,7 @@ class Flow:
             settle_pieces(running)
             ev.release()
         self.queue.clear()
+        self.ran = 0
         self.folding.clear()
         if self.sums is not None:
             self.sums.clear()
