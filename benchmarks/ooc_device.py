@@ -18,7 +18,8 @@ on JAX's default device) at several sizes of ``X``, against:
   default device (`MemoryBudget(device=None)`); ``gradpipe jit`` the same under
   ``jax.jit`` (the pass then runs in a host callback of the jitted program, and
   computes on the host: the device runs no other program meanwhile); ``gradpipe
-  faults`` (``--faults``) sends the mapped tiles without populating their pages first.
+  faults`` (``--faults``) sends the mapped tiles without populating their pages first;
+  ``gradpipe whole tiles`` (``--whole-tiles``) sends each tile as one piece.
 
 One process (one program at a time may hold a TPU); each contender takes one
 untimed step (compiles), then ``--repeats`` timed ones: the median, the effective
@@ -150,22 +151,25 @@ def _resident(w, params, mapped, target):
     return (lambda: f(params, X, t)), (X, t)
 
 
-def _gradpipe(w, params, X, t, budget, jit, populate=True):
+def _gradpipe(w, params, X, t, budget, jit, populate=True, pieces=True):
     import jax
 
     from gradpipe import ooc
-    from gradpipe.ooc.execution import _tile_program
+    from gradpipe.ooc.execution import _one_pass, _tile_program
 
     fn = jax.value_and_grad(lambda p: ooc.mean(w.row_loss(ooc, p, X, t)))
     fn = jax.jit(fn) if jit else fn
+    piece_bytes = _one_pass.DEVICE_PIECE_BYTES
 
     def step():
         _tile_program.POPULATE_VIEWS = populate
+        _one_pass.DEVICE_PIECE_BYTES = piece_bytes if pieces else 2**62
         try:
             with ooc.MemoryBudget(budget):
                 return fn(params)
         finally:
             _tile_program.POPULATE_VIEWS = True
+            _one_pass.DEVICE_PIECE_BYTES = piece_bytes
 
     return step
 
@@ -215,6 +219,10 @@ def run(args) -> list[dict]:
                     runs["gradpipe faults"] = _gradpipe(
                         w, params, X, disk[w.target], budget, False, populate=False
                     )
+                if args.whole_tiles:
+                    runs["gradpipe whole tiles"] = _gradpipe(
+                        w, params, X, disk[w.target], budget, False, pieces=False
+                    )
                 if args.jit:
                     runs["gradpipe jit"] = _gradpipe(w, params, X, disk[w.target], budget, True)
                 outs = {}
@@ -226,7 +234,7 @@ def run(args) -> list[dict]:
                     try:
                         seconds, outs[contender] = _timed(fn, args.repeats)
                     except Exception as e:  # (the hand loop queues every block: see --help)
-                        print(f"  {name:4} {contender:14} FAILED: {type(e).__name__}: {e}"[:400])
+                        print(f"  {name:4} {contender:20} FAILED: {type(e).__name__}: {e}"[:400])
                         results.append(
                             {
                                 "size_gib": size,
@@ -251,7 +259,7 @@ def run(args) -> list[dict]:
                         row["written_mib"] = io.bytes_written / (args.repeats + 1) / MIB
                     results.append(row)
                     print(
-                        f"  {name:4} {contender:14} {seconds:8.3f} s  {row['gb_per_s']:6.2f} GB/s"
+                        f"  {name:4} {contender:20} {seconds:8.3f} s  {row['gb_per_s']:6.2f} GB/s"
                         f"  rss +{row['rss_mib']:.0f} MiB"
                         + (
                             f"  read {row['read_per_step_x']:.3f} X, wrote {row['written_mib']:.1f} MiB"
@@ -275,7 +283,7 @@ def run(args) -> list[dict]:
                     if bounded is not None:
                         row["budget_loop_x"] = row["seconds"] / bounded["seconds"]
                     print(
-                        f"  {name:4} {row['contender']:14} {row['hand_loop_x']:6.2f}x the hand loop,"
+                        f"  {name:4} {row['contender']:20} {row['hand_loop_x']:6.2f}x the hand loop,"
                         + (
                             f" {row['budget_loop_x']:.2f}x the loop in budget,"
                             if "budget_loop_x" in row
@@ -300,6 +308,11 @@ def main() -> None:
         "--faults",
         action="store_true",
         help="also time gradpipe sending mapped tiles unpopulated (their pages faulted in)",
+    )
+    p.add_argument(
+        "--whole-tiles",
+        action="store_true",
+        help="also time gradpipe sending each tile whole (not in pieces: `DEVICE_PIECE_BYTES`)",
     )
     p.add_argument("--dir", default=None, help="where X is written (default: the temp dir)")
     p.add_argument("--json", default=None, help="write the rows here")

@@ -24,11 +24,15 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import device_loops
 
 import ooc_device as od
 from _params_workloads import WORKLOADS
@@ -86,13 +90,28 @@ def _variants(w, params, X, t, mapped, target, rows, device):
 
         return step
 
+    def released_on_a_thread():
+        release, pool = _chain_read.Evaluation.release, ThreadPoolExecutor(1)
+        step = gradpipe()
+
+        def run():
+            _chain_read.Evaluation.release = lambda self: pool.submit(release, self)
+            try:
+                return step()
+            finally:
+                _chain_read.Evaluation.release = release
+
+        return run
+
     return {
         "hand loop": od._hand_loop(w, params, mapped, target, block_rows),
         "loop in budget": od._hand_loop(w, params, mapped, target, block_rows, True),
+        "64M loop, 5 queued": device_loops._loop(
+            w, params, mapped, target, block_rows // 2, 5, True
+        ),
         "gradpipe": gradpipe(),
-        "3 ahead": gradpipe(3),
+        "release on a thread": released_on_a_thread(),
         "tile by tile": gradpipe(sums=False),
-        "3 ahead, tile by tile": gradpipe(3, sums=False),
         "pages kept": gradpipe(keep=True),
     }
 
