@@ -21,6 +21,7 @@ import optax
 import pytest
 
 from gradpipe import ooc
+from gradpipe.ooc.execution import _one_pass, _tile_pieces
 
 N, K = 600, 8
 BUDGET = 32 * 2**10  # several tiles per pass
@@ -44,9 +45,12 @@ TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture(params=["host", "device"])
-def where(request):
+def where(request, monkeypatch):
     """Where the loss's pass computes: the host, or a device (`MemoryBudget(device=)`),
-    as jax.numpy computes there."""
+    as jax.numpy computes there, in pieces of at most 2 KiB read (`DEVICE_PIECE_BYTES`:
+    a tile's pieces are each waited for in turn) and at least 64 elements."""
+    monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 2048)
+    monkeypatch.setattr(_tile_pieces, "MIN_PIECE_ELEMENTS", 64)
     return "host" if request.param == "host" else TEST_DEVICE
 
 

@@ -295,9 +295,7 @@ def _pass(
         )
         limit = piece_elements(len(graph.chains), top.dtype, room // in_flight)
         if device is not None:  # (what a piece reads from disk, per element)
-            limit = min(
-                limit, max(1024, int(DEVICE_PIECE_BYTES / max(1.0, top.stats().leaf_bytes)))
-            )
+            limit = min(limit, int(DEVICE_PIECE_BYTES / max(1.0, top.stats().leaf_bytes)))
         sender = None if device is None else Sender(device)
         if device is not None:
             where.runs_on = str(device)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..storage._paged_file import Region
 
-__all__ = ["PIECES_IN_FLIGHT", "piece_elements", "piece_limit"]
+__all__ = ["MIN_PIECE_ELEMENTS", "PIECES_IN_FLIGHT", "piece_elements", "piece_limit"]
 
 
 #: Pieces of a tile whose programs run at once: XLA leaves a core idle in much of
@@ -18,12 +18,16 @@ __all__ = ["PIECES_IN_FLIGHT", "piece_elements", "piece_limit"]
 #: on 256 MiB, 2 cores: 0.28 s a step one at a time, 0.24-0.26 s two at once).
 PIECES_IN_FLIGHT = 2
 
+#: The fewest elements a piece has (smaller ones cost more in each program's call
+#: than in its work).
+MIN_PIECE_ELEMENTS = 1024
+
 
 def piece_elements(steps: int, dtype: np.dtype, room: int) -> int:
     """Elements of the pieces a tile is computed in, each piece's program within
     ``room`` bytes: it holds at most one block per step (XLA fuses most of them)
     and a few more (its arguments, their gradients) at once."""
-    return max(1024, room // (max(8, dtype.itemsize) * (steps + 4)))
+    return max(MIN_PIECE_ELEMENTS, room // (max(8, dtype.itemsize) * (steps + 4)))
 
 
 def piece_limit(region: Region, limit: int, in_flight: int = PIECES_IN_FLIGHT) -> int:
@@ -32,7 +36,7 @@ def piece_limit(region: Region, limit: int, in_flight: int = PIECES_IN_FLIGHT) -
     shape is a program XLA compiles, 0.3 s each here)."""
     sizes = [s.stop - s.start for s in region]
     n = math.prod(sizes)
-    limit = max(1024, min(limit, -(-n // in_flight)))
+    limit = max(MIN_PIECE_ELEMENTS, min(limit, -(-n // in_flight)))
     inner = math.prod(sizes[1:])
     if not sizes or inner == 0 or limit < inner:
         return limit
