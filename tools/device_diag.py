@@ -4,9 +4,10 @@ A diagnostic for issue 33 (not a benchmark): the least-squares and MLP steps of
 `benchmarks/ooc_device.py` over a 4 MiB X (the eager step's own cost) and over X of
 ``size`` GiB, with the pass's own steps timed in place (the tile's gathering, the
 sends, the programs' launch, the waits for them, the pages' release, the folds),
-in variants that the pass's switches give: tiles queued ahead (`DEVICE_AHEAD`),
-sums folded on the device or brought back tile by tile (`SUMS_ON_DEVICE`), pages
-released or kept (kept: over the budget, for comparison only). Two rounds of six
+in variants: sums folded on the device or brought back tile by tile
+(`SUMS_ON_DEVICE`), pages released on the pass's thread, on a thread of their own,
+or kept (kept: over the budget, for comparison only); beside the hand loop and the
+loop by hand in 64 MiB blocks that keeps the link busy (`device_loops.py`). Two rounds of six
 steps each, medians; each part is its total a step.
 
     python3 tools/device_diag.py 2          # on the accelerator (via tools/on_device.sh's set-up)
