@@ -91,7 +91,7 @@ def _variants(w, params, X, t, mapped, target, rows, device):
 
         return step
 
-    def released_on_a_thread():
+    def released_on_a_thread():  # (X's tiles are views: no buffers change threads)
         release, pool = _chain_read.Evaluation.release, ThreadPoolExecutor(1)
         step = gradpipe()
 

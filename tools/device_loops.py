@@ -5,7 +5,8 @@ A diagnostic for issue 33 (not a benchmark): the least-squares and MLP steps of
 each add one thing gradpipe's pass does to the peer's loop (a bounded queue, pages
 dropped after a block's program ran, dropped on a thread of their own, populated
 before the send, smaller blocks, blocks read into reused buffers instead of mapped),
-beside gradpipe itself (and with its pages released on a thread). Two rounds of
+beside gradpipe itself (and with its pages released on a thread: X's tiles are
+mapped views, so nothing goes back to the pass's buffer pool). Two rounds of
 ``repeats`` steps each, medians.
 
     python3 tools/device_loops.py 2            # on the accelerator
@@ -21,6 +22,7 @@ import io
 import mmap
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -44,7 +46,8 @@ from gradpipe.ooc.planning import _chain_read
 GIB, K, BUDGET, HEADER = 2**30, 256, 512 * 2**20, 4096
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-POPULATE_READ = 22 if os.uname().release >= "5.14" else mmap.MADV_WILLNEED
+_KERNEL = tuple(int(p) for p in re.findall(r"\d+", os.uname().release)[:2])
+POPULATE_READ = 22 if _KERNEL >= (5, 14) else mmap.MADV_WILLNEED
 
 
 def _loop(w, params, mapped, target, block_rows, ahead, drop=False, bg=False, populate=False):

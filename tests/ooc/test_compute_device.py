@@ -309,18 +309,23 @@ def test_a_jitted_step_that_rewrites_its_data_is_read_after_it_ran(tmp_path):
 def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch):
     """A tile reading more than `DEVICE_PIECE_BYTES` goes to the device in pieces,
     each its own transfer and program, queued one after another: a piece is waited
-    for only once `DEVICE_AHEAD` tiles' pieces are queued behind it, and a tile's
-    views are released only once every piece's program ran (they read them)."""
+    for only once `DEVICE_AHEAD` tiles' pieces are queued behind it, a tile's views
+    are released only once every piece's program ran (they read them), and a tile
+    is read only once at most `DEVICE_AHEAD` older ones are held (the host's budget
+    holds that many and the one read)."""
     rng = np.random.default_rng(8)
     A = rng.standard_normal((1 << 16, K)).astype(np.float32)
     y = A[:, :3].sum(axis=1)
     want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
-    made, launched, settled, of_tile, most = [], [], set(), {}, [0]
+    made, launched, settled, of_tile, most, held = [], [], set(), {}, [0], set()
     tile, launch = _one_pass.Tile, _one_pass.launch
     settle, release = _tile_program.Launched.settle, _chain_read.Evaluation.release
 
     def making(*a):
         made.append(tile(*a))
+        if id(made[-1].ev) not in held:  # a tile just read: at most DEVICE_AHEAD held
+            assert len(held) <= _one_pass.DEVICE_AHEAD
+            held.add(id(made[-1].ev))
         return made[-1]
 
     def launching(*a):
@@ -336,6 +341,7 @@ def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch):
 
     def releasing(ev):
         assert all(id(w) in settled for w in of_tile.pop(id(ev), []))
+        held.discard(id(ev))
         release(ev)
 
     monkeypatch.setattr(_one_pass, "Tile", making)

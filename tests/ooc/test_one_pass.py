@@ -48,7 +48,8 @@ TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
 def where(request, monkeypatch):
     """Where the loss's pass computes: the host, or a device (`MemoryBudget(device=)`),
     as jax.numpy computes there, in pieces of at most 2 KiB read (`DEVICE_PIECE_BYTES`:
-    a tile's pieces are each waited for in turn) and at least 64 elements."""
+    a tile's pieces are each waited for in turn); on either, pieces of at least 64
+    elements (`MIN_PIECE_ELEMENTS`), so that these small tiles go in several."""
     monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 2048)
     monkeypatch.setattr(_tile_pieces, "MIN_PIECE_ELEMENTS", 64)
     return "host" if request.param == "host" else TEST_DEVICE

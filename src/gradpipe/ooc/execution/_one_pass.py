@@ -317,6 +317,12 @@ def _pass(
                 for step in plan_steps(op, shapes, plan):
                     region = step[3][0]
                     assert region is not None
+                    if sender is not None:
+                        # a tile read once at most ``ahead`` older ones are held (the
+                        # host's budget holds ``ahead + 1`` tiles' blocks: `ahead_for`)
+                        why = flow.advance((ahead + 1) * most - 1, lag, tiles=ahead)
+                        if why is not None:
+                            return why
                     ev = Evaluation(top, region)
                     running = flow.start(ev)
                     pieces = list(pieces_of(region, piece_limit(region, limit, in_flight)))
@@ -334,7 +340,7 @@ def _pass(
                             continue
                         running.append((tile, launch(program, args, sender, keys)))
                         # a piece waited for once ``ahead`` tiles' pieces are queued
-                        # behind it (the host's budget holds their views)
+                        # behind it
                         why = flow.advance((ahead + 1) * most - 1, lag)
                         if why is not None:
                             return why
