@@ -100,18 +100,17 @@ class Flow:
         """The pieces queued whose programs may not have run yet."""
         return sum(len(running) for _, running in self.queue) - self.ran
 
+    def _over(self, ahead: int, tiles: int | None) -> bool:
+        return self.queued() > ahead or (tiles is not None and len(self.queue) > tiles)
+
     def advance(self, ahead: int, lag: int, tiles: int | None = None) -> str | None:
         """Wait for the oldest pieces' programs until at most ``ahead`` pieces (and
         ``tiles`` tiles, where given) are queued, retiring each tile all of whose
         pieces ran (its views released), and fold retired tiles until at most
         ``lag`` wait; why not, as `fold_tile`. (The newest tile, its pieces still
         being started, is never retired while ``ahead`` leaves one of them queued.)"""
-        while (
-            self.queued() > ahead
-            or (tiles is not None and len(self.queue) > tiles)
-            or len(self.folding) > lag
-        ):
-            if self.queued() > ahead or (tiles is not None and len(self.queue) > tiles):
+        while self._over(ahead, tiles) or len(self.folding) > lag:
+            if self._over(ahead, tiles):
                 ev, running = self.queue[0]
                 if self.ran < len(running):  # (its programs read the tile's views)
                     settle_pieces(running[self.ran : self.ran + 1])
