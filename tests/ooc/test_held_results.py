@@ -135,3 +135,28 @@ def test_without_a_memory_file_to_be_had_a_small_result_goes_to_disk(X, rng, mon
         p = x @ ooc.DiskArray.from_numpy(w)
     assert p._file.on_disk
     np.testing.assert_allclose(p.to_numpy(), data @ w, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("make", ["arange", "linspace", "eye"])
+def test_a_small_created_array_is_held_in_memory_and_a_large_one_written(make):
+    """`arange`, `linspace` and `eye` of a small size (a loss's classes) make no file
+    (a training step would create and remove one each call); a large one is written
+    to disk; both hold the values NumPy gives and are written to like any array."""
+    small, large = 16, (256 if make == "eye" else 65536)  # (large: 256 KiB)
+    build = {
+        "arange": lambda n: (ooc.arange(n, dtype=np.int32), np.arange(n, dtype=np.int32)),
+        "linspace": lambda n: (ooc.linspace(0.0, 1.0, n), np.linspace(0.0, 1.0, n)),
+        "eye": lambda n: (ooc.eye(n, dtype=np.float32), np.eye(n, dtype=np.float32)),
+    }[make]
+    with ooc.MemoryBudget(BUDGET):
+        before = ooc.io_stats()
+        got, want = build(small)
+        assert ooc.io_stats() - before == ooc.IOStats(0, 0, 0, 0)
+        assert not got._file.on_disk and got.path.startswith("<memory")
+        np.testing.assert_array_equal(got.to_numpy(), want.astype(got.dtype))
+        got[1] = 7  # written in place, as any array
+        want[1] = 7
+        np.testing.assert_array_equal(got.to_numpy(), want.astype(got.dtype))
+        got, want = build(large)  # over the share of the budget one result may hold
+        assert got._file.on_disk
+        np.testing.assert_array_equal(got.to_numpy(), want.astype(got.dtype))

@@ -9,6 +9,7 @@ lists of them); an array is written one block of rows at a time (`from_rows`), a
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,10 @@ from numpy.typing import DTypeLike
 
 from ..arrays._array import ArrayLike, DiskArray, Result
 from ..arrays._hijax import type_of
+from ..execution._held_results import hold_in_memory, track
 from ..kernels._x64 import default_dtypes, jax_value_dtype, number_dtype
+from ..planning._budget import get_budget
+from ..storage._paged_file import PagedFile
 from ._arg_types import BudgetLike
 
 __all__ = [
@@ -68,7 +72,15 @@ def from_rows(
     dtype = np.dtype(dtype)
     if not shape:
         return zero_d(rows(0, 1), dtype)
-    return DiskArray.from_row_blocks(shape, dtype, rows, budget=budget)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if not hold_in_memory(nbytes, get_budget(budget)):
+        return DiskArray.from_row_blocks(shape, dtype, rows, budget=budget)
+    # a small one (an arange of a loss's classes) held in memory, as a small result
+    # of a pass is: no file made and removed each step
+    f = PagedFile.create(shape, dtype, shape, in_memory=True)
+    f.write(tuple(slice(0, n) for n in shape), np.asarray(rows(0, shape[0]), dtype))
+    track(f)
+    return DiskArray._wrap(f.commit())
 
 
 def shape_dtype_like(x: ArrayLike, dtype: DTypeLike | None) -> tuple[tuple[int, ...], np.dtype]:
