@@ -1,8 +1,9 @@
 """The array API's creation functions, writing new arrays on disk block by block.
 
 Every array is written one page row at a time (`DiskArray.from_row_blocks`), so
-none is ever whole in memory. A 0-d result is a JAX array, as every 0-d result of
-`gradpipe.ooc` is. Default dtypes are ``jax.numpy``'s, as
+none is ever whole in memory; a small `arange`, `linspace`, `eye` or triangle mask
+is held in memory as a small result is (`_creation_args.from_rows`). A 0-d result
+is a JAX array, as every 0-d result of `gradpipe.ooc` is. Default dtypes are ``jax.numpy``'s, as
 `__array_namespace_info__().default_dtypes()` reports: float32, int32 and
 complex64 while ``jax_enable_x64`` is off, float64, int64 and complex128 while it
 is on (see `_x64`).

@@ -18,6 +18,7 @@ blocks and ``atexit`` remove this process's files.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -62,7 +63,13 @@ def _alive(pid: int) -> bool:
 
 def owner_tag() -> str:
     """``<pid>-<start time>`` of this process (start 0 where it cannot be known)."""
-    pid = os.getpid()
+    return _tag_of(os.getpid())
+
+
+@functools.lru_cache(maxsize=1)
+def _tag_of(pid: int) -> str:
+    # read once a process (a forked child asks with its own pid); each scratch file
+    # and each file written under a temporary name carries it
     return f"{pid}-{_start_time(pid) or 0}"
 
 
