@@ -25,7 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jax
@@ -80,29 +79,16 @@ def _variants(w, params, X, t, mapped, target, rows, device):
     block_rows = min(rows, max(1, BUDGET // 4 // (4 * K)))
     fn = jax.value_and_grad(lambda p: ooc.mean(w.row_loss(ooc, p, X, t)))
 
-    def gradpipe(ahead=2, sums=True, keep=False):
+    def gradpipe(sums=True, keep=False):
         def step():
-            _one_pass.DEVICE_AHEAD, _one_pass.SUMS_ON_DEVICE, _keep_pages[0] = ahead, sums, keep
+            _one_pass.SUMS_ON_DEVICE, _keep_pages[0] = sums, keep
             try:
                 with ooc.MemoryBudget(BUDGET, device=device):
                     return fn(params)
             finally:
-                _one_pass.DEVICE_AHEAD, _one_pass.SUMS_ON_DEVICE, _keep_pages[0] = 2, True, False
+                _one_pass.SUMS_ON_DEVICE, _keep_pages[0] = True, False
 
         return step
-
-    def released_on_a_thread():  # (X's tiles are views: no buffers change threads)
-        release, pool = _chain_read.Evaluation.release, ThreadPoolExecutor(1)
-        step = gradpipe()
-
-        def run():
-            _chain_read.Evaluation.release = lambda self: pool.submit(release, self)
-            try:
-                return step()
-            finally:
-                _chain_read.Evaluation.release = release
-
-        return run
 
     return {
         "hand loop": od._hand_loop(w, params, mapped, target, block_rows),
@@ -111,7 +97,7 @@ def _variants(w, params, X, t, mapped, target, rows, device):
             w, params, mapped, target, block_rows // 2, 5, True
         ),
         "gradpipe": gradpipe(),
-        "release on a thread": released_on_a_thread(),
+        "release on a thread": device_loops._gradpipe(w, params, X, t, device, bg=True),
         "tile by tile": gradpipe(sums=False),
         "pages kept": gradpipe(keep=True),
     }

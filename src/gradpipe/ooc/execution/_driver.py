@@ -32,7 +32,7 @@ from ..storage._allocator import use_mmap_for_tiles
 from ..storage._paged_file import PagedFile, Region
 from ._executor import current_executor
 from ._fusion import fuse, fuse_map, pick
-from ._held_results import hold_in_memory, track
+from ._held_results import hold_in_memory, result_file
 from ._store import Store
 from ._tile_loops import backward_steps, forward_steps
 
@@ -242,9 +242,7 @@ class Driver:
         elif in_memory and executor is None:
             out = InMemoryResult(out_shape, dtype)
         else:  # (a cluster's workers write into a file, read back below if in memory)
-            out = PagedFile.create(out_shape, dtype, page, path=path, in_memory=small)
-            if not out.on_disk:
-                track(out)
+            out = result_file(out_shape, dtype, page, small, path)
         try:
             if executor is not None:
                 acc = executor.forward(self, op, inputs, plan, dtype, out)
@@ -343,9 +341,7 @@ class Driver:
                 grads.append(np.zeros(v.shape, v.dtype))
             else:
                 page = tuple(s.stop - s.start for s in r)
-                grads.append(PagedFile.create(v.shape, v.dtype, page, in_memory=held))
-                if held and not grads[-1].on_disk:
-                    track(grads[-1])
+                grads.append(result_file(v.shape, v.dtype, page, held))
         # sources: inputs, then g, then (optionally) the forward output
         # (an op whose backward uses its output is always given it)
         extra = [g] + ([cast(Value, output)] if getattr(op, "backward_uses_output", False) else [])

@@ -17,13 +17,22 @@ workers write stay on disk.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
+from typing import Any
 
 from ..planning._budget import MemoryBudget
 from ..storage._paged_file import PagedFile
 
-__all__ = ["SMALL_SHARE", "TOTAL_SHARE", "held_bytes", "hold_in_memory", "track"]
+__all__ = [
+    "SMALL_SHARE",
+    "TOTAL_SHARE",
+    "held_bytes",
+    "hold_in_memory",
+    "result_file",
+    "track",
+]
 
 #: The largest share of the budget one result held in memory may take.
 SMALL_SHARE = 1 / 32
@@ -46,6 +55,21 @@ def hold_in_memory(nbytes: int, budget: MemoryBudget, pending: int = 0) -> bool:
     with _lock:
         total = _held[0] + pending + nbytes
         return 0 < nbytes <= limit * SMALL_SHARE and total <= limit * TOTAL_SHARE
+
+
+def result_file(
+    shape: tuple[int, ...],
+    dtype: Any,
+    page_shape: tuple[int, ...],
+    held: bool,
+    path: str | os.PathLike[str] | None = None,
+) -> PagedFile:
+    """A new file for a result: in memory and counted as held until collected when
+    ``held`` (and the system has anonymous files), else on disk, at ``path`` if given."""
+    f = PagedFile.create(shape, dtype, page_shape, path=path, in_memory=held)
+    if not f.on_disk:
+        track(f)
+    return f
 
 
 def track(f: PagedFile) -> None:

@@ -35,11 +35,10 @@ from ..planning._stages import Where, note_next
 from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._allocator import kept_between_pieces
-from ..storage._paged_file import PagedFile
 from ._compute_device import device_budget, device_for
 from ._device_sums import DeviceSums
 from ._executor import current_executor
-from ._held_results import hold_in_memory, track
+from ._held_results import hold_in_memory, result_file
 from ._loss_record import LOSS, Fold, Record, keep_record
 from ._tile_flow import Flow
 from ._tile_pieces import PIECES_IN_FLIGHT, piece_elements, piece_limit
@@ -258,10 +257,9 @@ def _pass(
     pending = written = 0
     for d in graph.data.values():  # a small one held in memory, as any small result
         small = hold_in_memory(d.nbytes, driver.whole_budget, pending)
-        f = PagedFile.create(d.shape, d.dtype, d.page_shape, in_memory=small)
+        f = result_file(d.shape, d.dtype, d.page_shape, small)
         if small:
             pending += d.nbytes
-            track(f)
         else:
             written += d.nbytes
         record.write_gradient(d, f)
@@ -313,20 +311,23 @@ def _pass(
         # kept in the heaps between pieces (`kept_between_pieces`)
         with kept_between_pieces(room // in_flight if device is None else 0):
             try:
-                most = 1  # the most pieces a tile has had
+                # on a device, the pieces queued behind the one waited for: those of
+                # ``ahead`` tiles beside the rest of its own, of the most pieces a tile
+                # has had
+                queue = ahead
                 for step in plan_steps(op, shapes, plan):
                     region = step[3][0]
                     assert region is not None
                     if sender is not None:
                         # a tile read once at most ``ahead`` older ones are held (the
                         # host's budget holds ``ahead + 1`` tiles' blocks: `ahead_for`)
-                        why = flow.advance((ahead + 1) * most - 1, lag, tiles=ahead)
+                        why = flow.advance(queue, lag, tiles=ahead)
                         if why is not None:
                             return why
                     ev = Evaluation(top, region)
                     running = flow.start(ev)
                     pieces = list(pieces_of(region, piece_limit(region, limit, in_flight)))
-                    most = max(most, len(pieces))
+                    queue = max(queue, (ahead + 1) * len(pieces) - 1)
                     for piece in pieces:
                         tile = Tile(top, piece, ev, graph.data)
                         if tile.irregular:
@@ -339,9 +340,7 @@ def _pass(
                             running.append((tile, _pool(in_flight).submit(run, program, args)))
                             continue
                         running.append((tile, launch(program, args, sender, keys)))
-                        # a piece waited for once ``ahead`` tiles' pieces are queued
-                        # behind it
-                        why = flow.advance((ahead + 1) * most - 1, lag)
+                        why = flow.advance(queue, lag)
                         if why is not None:
                             return why
                     # on the host, the last tile retired once this one's pieces run

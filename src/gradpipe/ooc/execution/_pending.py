@@ -51,10 +51,10 @@ from ..planning._chain import ChainFile
 from ..planning._chain_graph import Node, leaves
 from ..planning._chain_read import current_region
 from ..planning._chain_readers import settle, watch
-from ..storage._paged_file import PagedFile, Region
+from ..storage._paged_file import Region
 from ._driver import Driver
 from ._executor import current_executor
-from ._held_results import SMALL_SHARE, TOTAL_SHARE, hold_in_memory, track
+from ._held_results import SMALL_SHARE, TOTAL_SHARE, hold_in_memory, result_file
 
 __all__ = ["PendingResult", "deferred", "is_pending"]
 
@@ -294,9 +294,7 @@ def _finished(p: PendingResult, total: np.ndarray) -> Any:
     with np.errstate(all="ignore"):
         result = np.ascontiguousarray(op.finish(total.astype(acc)), out_dtype)
     held = hold_in_memory(result.nbytes, budget)
-    out = PagedFile.create(p.shape, out_dtype, p.page_shape, in_memory=held)
-    if not out.on_disk:
-        track(out)
+    out = result_file(p.shape, out_dtype, p.page_shape, held)
     out.write(None, result)
     return out.commit()
 

@@ -21,10 +21,9 @@ from numpy.typing import DTypeLike
 
 from ..arrays._array import ArrayLike, DiskArray, Result
 from ..arrays._hijax import type_of
-from ..execution._held_results import hold_in_memory, track
+from ..execution._held_results import hold_in_memory, result_file
 from ..kernels._x64 import default_dtypes, jax_value_dtype, number_dtype
 from ..planning._budget import get_budget
-from ..storage._paged_file import PagedFile
 from ._arg_types import BudgetLike
 
 __all__ = [
@@ -77,9 +76,8 @@ def from_rows(
         return DiskArray.from_row_blocks(shape, dtype, rows, budget=budget)
     # a small one (an arange of a loss's classes) held in memory, as a small result
     # of a pass is: no file made and removed each step
-    f = PagedFile.create(shape, dtype, shape, in_memory=True)
+    f = result_file(shape, dtype, shape, held=True)
     f.write(tuple(slice(0, n) for n in shape), np.asarray(rows(0, shape[0]), dtype))
-    track(f)
     return DiskArray._wrap(f.commit())
 
 
