@@ -20,6 +20,7 @@ import pytest
 from gradpipe import ooc
 from gradpipe.ooc.execution import _compute_device, _device_sums, _one_pass, _tile_program
 from gradpipe.ooc.planning import _chain_read
+from gradpipe.ooc.storage._file_map import is_view
 
 TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
 N, K, H, C = 2000, 16, 8, 4
@@ -306,25 +307,33 @@ def test_a_jitted_step_that_rewrites_its_data_is_read_after_it_ran(tmp_path):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
-def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch):
+@pytest.mark.parametrize("paged", ["in rows", "in half rows"])
+def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch, paged):
     """A tile reading more than `DEVICE_PIECE_BYTES` goes to the device in pieces,
     each its own transfer and program, queued one after another: a piece is waited
-    for only once `DEVICE_AHEAD` tiles' pieces are queued behind it, a tile's views
-    are released only once every piece's program ran (they read them), and a tile
-    is read only once at most `DEVICE_AHEAD` older ones are held (the host's budget
-    holds that many and the one read)."""
+    for only once `DEVICE_AHEAD` tiles' pieces are queued behind it, and the host
+    holds at most ``DEVICE_AHEAD + 1`` tiles' blocks. Data mapped from its file (paged
+    in rows): each piece's pages are released once its program ran (it reads them),
+    so at most that many tiles' pieces are mapped. Data read into memory (paged in
+    half rows: a tile's rows are no one run of the file): a tile is read only once
+    at most `DEVICE_AHEAD` older ones are held, each released once all its pieces
+    ran."""
     rng = np.random.default_rng(8)
     A = rng.standard_normal((1 << 16, K)).astype(np.float32)
     y = A[:, :3].sum(axis=1)
     want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
     made, launched, settled, of_tile, most, held = [], [], set(), {}, [0], set()
+    mapped, most_mapped, most_held = set(), [0], [0]
     tile, launch = _one_pass.Tile, _one_pass.launch
     settle, release = _tile_program.Launched.settle, _chain_read.Evaluation.release
+    release_views = _tile_program.Tile.release_views
 
     def making(*a):
         made.append(tile(*a))
-        if id(made[-1].ev) not in held:  # a tile just read: at most DEVICE_AHEAD held
-            assert len(held) <= _one_pass.DEVICE_AHEAD
+        if id(made[-1].ev) not in held:  # a tile just read
+            if paged == "in half rows":  # at most DEVICE_AHEAD held in memory
+                assert len(held) <= _one_pass.DEVICE_AHEAD
+            most_held[0] = max(most_held[0], len(held))
             held.add(id(made[-1].ev))
         return made[-1]
 
@@ -333,24 +342,35 @@ def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch):
         launched.append(work)
         of_tile.setdefault(id(made[-1].ev), []).append(work)
         most[0] = max(most[0], sum(id(w) not in settled for w in launched))
+        mapped.add(id(made[-1]))
+        most_mapped[0] = max(most_mapped[0], len(mapped))
         return work
 
     def settling(work):
         settle(work)
         settled.add(id(work))
 
+    def releasing_views(t):
+        assert id(launched[made.index(t)]) in settled  # (its program ran)
+        if is_view(t.args[0]):
+            mapped.discard(id(t))
+        release_views(t)
+
     def releasing(ev):
         assert all(id(w) in settled for w in of_tile.pop(id(ev), []))
         held.discard(id(ev))
+        mapped.difference_update(id(t) for t in made if t.ev is ev)
         release(ev)
 
     monkeypatch.setattr(_one_pass, "Tile", making)
     monkeypatch.setattr(_one_pass, "launch", launching)
     monkeypatch.setattr(_tile_program.Launched, "settle", settling)
+    monkeypatch.setattr(_tile_program.Tile, "release_views", releasing_views)
     monkeypatch.setattr(_chain_read.Evaluation, "release", releasing)
     monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 96 * 2**10)
+    page = (4096, K) if paged == "in rows" else (4096, K // 2)
     with ooc.MemoryBudget("4MiB", device=TEST_DEVICE):
-        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+        X, Y = ooc.DiskArray.from_numpy(A, page_shape=page), ooc.DiskArray.from_numpy(y)
         plan = ooc.explain(jax.value_and_grad(_least_squares(ooc, X, Y)), _params())
     _close(plan.result, want)
     (stage,) = plan.stages
@@ -358,5 +378,12 @@ def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch):
     assert rest == 0 and pieces > 2 and of_tile == {}  # (every tile released)
     assert A.nbytes + y.nbytes <= stage.to_device <= stage.io.bytes_read
     assert most[0] == (_one_pass.DEVICE_AHEAD + 1) * pieces
+    # pieces mapped: those not yet run (in rows); all of the tiles held (in half rows)
+    assert most_mapped[0] == (_one_pass.DEVICE_AHEAD + 1) * pieces
+    # mapped, a tile is read before the oldest of DEVICE_AHEAD + 1 has run (the link
+    # kept busy across tiles)
+    assert most_held[0] == _one_pass.DEVICE_AHEAD + (paged == "in rows")
+    views = [is_view(t.args[0]) for t in made]
+    assert all(views) if paged == "in rows" else not any(views)
     # each piece read at most DEVICE_PIECE_BYTES of the data
     assert all(t.args[0].nbytes + t.args[-1].nbytes <= 96 * 2**10 for t in made)

@@ -305,6 +305,7 @@ def _pass(
             None if device is None else where,
             bar,
             DeviceSums() if device is not None and kind == "sum" and SUMS_ON_DEVICE else None,
+            by_piece=device is not None,
         )
         lag = ahead if device is not None else 0
         # on the host, each piece's program allocates its blocks afresh: they are
@@ -319,9 +320,12 @@ def _pass(
                     region = step[3][0]
                     assert region is not None
                     if sender is not None:
-                        # a tile read once at most ``ahead`` older ones are held (the
-                        # host's budget holds ``ahead + 1`` tiles' blocks: `ahead_for`)
-                        why = flow.advance(queue, lag, tiles=ahead)
+                        # the host's budget holds ``ahead + 1`` tiles' blocks
+                        # (`ahead_for`): the pages of ``queue + 1`` pieces sent (each
+                        # piece's released once it ran), and a tile read into memory
+                        # of its own only once at most ``ahead`` older ones hold theirs
+                        held = ahead if flow.holds_buffers() else None
+                        why = flow.advance(queue, lag, tiles=held)
                         if why is not None:
                             return why
                     ev = Evaluation(top, region)

@@ -87,6 +87,7 @@ class Flow:
     where: Where | None  # a device's pass: counts what comes back
     bar: Any
     sums: DeviceSums | None = None  # a sum's pass on a device: folded there
+    by_piece: bool = False  # each piece's views released once its program ran
     queue: deque[tuple[Evaluation, Pieces]] = dataclasses.field(default_factory=deque)
     folding: deque[Pieces] = dataclasses.field(default_factory=deque)
     ran: int = 0
@@ -99,6 +100,10 @@ class Flow:
     def queued(self) -> int:
         """The pieces queued whose programs may not have run yet."""
         return sum(len(running) for _, running in self.queue) - self.ran
+
+    def holds_buffers(self) -> bool:
+        """Whether a queued tile holds blocks of its own memory (`Evaluation`)."""
+        return any(ev.holds_buffers() for ev, _ in self.queue)
 
     def _over(self, ahead: int, tiles: int | None) -> bool:
         return self.queued() > ahead or (tiles is not None and len(self.queue) > tiles)
@@ -114,6 +119,8 @@ class Flow:
                 ev, running = self.queue[0]
                 if self.ran < len(running):  # (its programs read the tile's views)
                     settle_pieces(running[self.ran : self.ran + 1])
+                    if self.by_piece:
+                        running[self.ran][0].release_views()
                     self.ran += 1
                 if self.ran == len(running):
                     self.queue.popleft()

@@ -24,7 +24,7 @@ from ..kernels._promotion import is_differentiable
 from ..planning._chain import ChainFile, is_chain
 from ..planning._chain_read import Evaluation, region_key
 from ..planning._resident import is_resident
-from ..storage._file_map import is_view, populate
+from ..storage._file_map import is_view, populate, release
 from ..storage._paged_file import Region
 from ._compute_device import wide
 from ._row_products import evaluate
@@ -280,6 +280,14 @@ class Tile:
                 assert r is not None or not s.shape
                 self.args.append(self.ev.block(s, r) if r is not None else s.read(None))
         return self.arg_keys[key]
+
+    def release_views(self) -> None:
+        """Drop the mapped pages of the data's blocks this piece read (its program
+        has run), before the rest of its tile's: a device's pieces, sent one after
+        another, then hold only the pages of those not yet run."""
+        for a, key in zip(self.args, self.keys):
+            if key is None and is_view(a) and a.flags.c_contiguous:
+                release(a)
 
     def program(self, kind: str, acc: np.dtype, host: bool = True) -> Program:
         """The tile's program; a sum's takes the cotangent of its share after

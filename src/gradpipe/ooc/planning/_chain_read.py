@@ -92,6 +92,11 @@ class Evaluation:
                 block = f.read(region, _buffer(region, f.dtype))
             held.append((region, block))
 
+    def holds_buffers(self) -> bool:
+        """Whether any block it read is memory of its own (not a view of a file's
+        map, whose pages its pieces can release as they go)."""
+        return any(not is_view(b) for held in self.leaves.values() for _, b in held)
+
     def release(self) -> None:
         for held in self.leaves.values():
             for _, b in held:
