@@ -21,6 +21,7 @@ from gradpipe import ooc
 from gradpipe.ooc.execution import _compute_device, _device_sums, _one_pass, _tile_program
 from gradpipe.ooc.planning import _chain_read
 from gradpipe.ooc.storage._file_map import is_view
+from gradpipe.ooc.storage._paged_file import PagedFile
 
 TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
 N, K, H, C = 2000, 16, 8, 4
@@ -387,3 +388,46 @@ def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch, paged
     assert all(views) if paged == "in rows" else not any(views)
     # each piece read at most DEVICE_PIECE_BYTES of the data
     assert all(t.args[0].nbytes + t.args[-1].nbytes <= 96 * 2**10 for t in made)
+
+
+def test_a_small_array_each_piece_reads_alike_is_read_once_a_tile(monkeypatch):
+    """A mask's classes (a small ``arange`` held in memory), which every piece of a
+    tile reads over the same region, are read from their file once a tile, not once
+    a piece; the step's value and gradients are jax.numpy's."""
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((1 << 17, K)).astype(np.float32)
+    labels = rng.integers(0, C, len(A)).astype(np.int32)
+
+    def loss(xp, X, t):
+        def f(p):
+            z = xp.tanh(X @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
+            m = jax.lax.stop_gradient(xp.max(z, axis=1, keepdims=True))
+            lse = xp.log(xp.sum(xp.exp(z - m), axis=1)) + m[:, 0]
+            return xp.mean(lse - xp.sum(xp.where(t[:, None] == xp.arange(C), z, 0.0), axis=1))
+
+        return f
+
+    params = _params()
+    want = jax.value_and_grad(loss(jnp, jnp.asarray(A), jnp.asarray(labels)))(params)
+    reads, made = [], []
+    read, tile = PagedFile.read, _one_pass.Tile
+
+    def reading(f, region=None, out=None):
+        if f.shape == (C,):
+            reads.append(region)
+        return read(f, region, out)
+
+    def making(*a):
+        made.append(tile(*a))
+        return made[-1]
+
+    monkeypatch.setattr(PagedFile, "read", reading)
+    monkeypatch.setattr(_one_pass, "Tile", making)
+    monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 256 * 2**10)
+    with ooc.MemoryBudget("16MiB", device=TEST_DEVICE):
+        X, T = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(labels)
+        plan = ooc.explain(jax.value_and_grad(loss(ooc, X, T)), params)
+    _close(plan.result, want)
+    (stage,) = plan.stages
+    assert len(made) >= 4 * stage.tiles  # (pieces of several a tile)
+    assert len(reads) == stage.tiles

@@ -56,6 +56,10 @@ def pieces_of(region: Region, limit: int) -> Iterator[Region]:
             yield (*head, slice(a, min(a + step, r.stop)), *region[k + 1 :])
 
 
+#: The largest block of an array not read ahead that a tile keeps for its pieces.
+SMALL_READ_BYTES = 64 * 2**10
+
+
 class Evaluation:
     """One read through a chain: its stored inputs' regions read once, then the
     graph evaluated piece by piece, blocks of shared nodes kept within a piece."""
@@ -67,6 +71,7 @@ class Evaluation:
         self.kept: dict[tuple[int, Any], Sequence[np.ndarray]] = {}
         # id(file) -> [(region, block)]
         self.leaves: dict[int, list[tuple[Region, np.ndarray]]] = {}
+        self.small_reads: dict[tuple[int, Any], np.ndarray] = {}
         self._prefetch(top, region, set())
 
     def _prefetch(self, src: Any, region: Region | None, seen: set[tuple[int, Any]]) -> None:
@@ -105,6 +110,7 @@ class Evaluation:
                 else:
                     _give_back(b)
         self.leaves.clear()
+        self.small_reads.clear()
 
     def block(self, src: Any, region: Region) -> np.ndarray:
         if isinstance(src, np.ndarray):  # a 0-d value
@@ -142,7 +148,15 @@ class Evaluation:
                 return b[
                     tuple(slice(a.start - o.start, a.stop - o.start) for a, o in zip(region, r))
                 ]
-        return f.read(region)
+        # an array not read ahead (held in memory): a small block each piece reads
+        # alike (a mask's classes) read once a tile
+        key = (id(f), region_key(region))
+        block = self.small_reads.get(key)
+        if block is None:
+            block = f.read(region)
+            if block.nbytes <= SMALL_READ_BYTES:
+                self.small_reads[key] = block
+        return block
 
 
 def _is_empty(region: Region | None) -> bool:
