@@ -64,6 +64,13 @@ def _instrument() -> None:
     _one_pass._forward = _timed("pass", _one_pass._forward)
     _tile_flow.settle_pieces = _timed("settle", _tile_flow.settle_pieces)
     _tile_flow.fold_tile = _timed("fold", _tile_flow.fold_tile)
+    release_views = _tile_program.Tile.release_views
+
+    def maybe_release_views(self):
+        if not _keep_pages[0]:
+            release_views(self)
+
+    _tile_program.Tile.release_views = _timed("release piece", maybe_release_views)
     release = _chain_read.Evaluation.release
 
     def maybe_release(self):
