@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import ooc_device as od
 from _params_workloads import WORKLOADS
 from gradpipe import ooc
-from gradpipe.ooc.execution import _one_pass
+from gradpipe.ooc.execution import _one_pass, _tile_program
 from gradpipe.ooc.planning import _chain_read
 
 GIB, K, BUDGET, HEADER = 2**30, 256, 512 * 2**20, 4096
@@ -139,18 +139,21 @@ def _read_loop(w, params, fd, target, n, block_rows, ahead, threads):
 def _gradpipe(w, params, X, t, device, ahead=2, bg=False):
     fn = jax.value_and_grad(lambda p: ooc.mean(w.row_loss(ooc, p, X, t)))
     release = _chain_read.Evaluation.release
+    release_views = _tile_program.Tile.release_views
     pool = ThreadPoolExecutor(1)
 
     def step():
         _one_pass.DEVICE_AHEAD = ahead
-        if bg:
+        if bg:  # (each piece's pages, then the rest of each tile's)
             _chain_read.Evaluation.release = lambda self: pool.submit(release, self)
+            _tile_program.Tile.release_views = lambda self: pool.submit(release_views, self)
         try:
             with ooc.MemoryBudget(BUDGET, device=device):
                 return fn(params)
         finally:
             _one_pass.DEVICE_AHEAD = 2
             _chain_read.Evaluation.release = release
+            _tile_program.Tile.release_views = release_views
 
     return step
 

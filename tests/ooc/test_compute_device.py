@@ -431,3 +431,35 @@ def test_a_small_array_each_piece_reads_alike_is_read_once_a_tile(monkeypatch):
     (stage,) = plan.stages
     assert len(made) >= 4 * stage.tiles  # (pieces of several a tile)
     assert len(reads) == stage.tiles
+
+
+def test_pieces_that_read_one_stored_array_whole_each_read_its_values(monkeypatch):
+    """A stored array every piece reads whole (a scale per column, on disk): each
+    piece's pages are released once its program ran, pages the queued pieces share
+    with it among them; each piece still reads the array's values (its pages are
+    read again from the file), and the step is jax.numpy's."""
+    rng = np.random.default_rng(10)
+    A = rng.standard_normal((1 << 15, K)).astype(np.float32)
+    y = A[:, :3].sum(axis=1)
+    scale = rng.uniform(0.5, 2.0, K).astype(np.float32)
+
+    def loss(xp, X, S, t):
+        return lambda p: xp.mean(xp.square((X * S) @ p["w"] + p["b"] - t))
+
+    want = jax.value_and_grad(loss(jnp, *map(jnp.asarray, (A, scale, y))))(_params())
+    released, release_views = [], _tile_program.Tile.release_views
+
+    def releasing_views(t):
+        released.append(sum(is_view(a) for a in t.args))
+        release_views(t)
+
+    monkeypatch.setattr(_tile_program.Tile, "release_views", releasing_views)
+    monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 32 * 2**10)
+    with ooc.MemoryBudget("4MiB", device=TEST_DEVICE):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+        S = ooc.DiskArray.from_numpy(scale)
+        plan = ooc.explain(jax.value_and_grad(loss(ooc, X, S, Y)), _params())
+    _close(plan.result, want)
+    (stage,) = plan.stages
+    # several pieces a tile, each releasing its views of X, y and the scale
+    assert len(released) >= 4 * stage.tiles and min(released) == 3

@@ -258,10 +258,10 @@ def _pass(
     for d in graph.data.values():  # a small one held in memory, as any small result
         small = hold_in_memory(d.nbytes, driver.whole_budget, pending)
         f = result_file(d.shape, d.dtype, d.page_shape, small)
-        if small:
-            pending += d.nbytes
-        else:
+        if f.on_disk:  # (a small one too, where the system has no anonymous files)
             written += d.nbytes
+        else:
+            pending += d.nbytes
         record.write_gradient(d, f)
     shapes = [tuple(top.shape)]
     fold = Fold(kind, acc, record)
@@ -315,7 +315,7 @@ def _pass(
                 # on a device, the pieces queued behind the one waited for: those of
                 # ``ahead`` tiles beside the rest of its own, of the most pieces a tile
                 # has had
-                queue = ahead
+                queue, shape = ahead, None
                 for step in plan_steps(op, shapes, plan):
                     region = step[3][0]
                     assert region is not None
@@ -323,8 +323,11 @@ def _pass(
                         # the host's budget holds ``ahead + 1`` tiles' blocks
                         # (`ahead_for`): the pages of ``queue + 1`` pieces sent (each
                         # piece's released once it ran), and a tile read into memory
-                        # of its own only once at most ``ahead`` older ones hold theirs
-                        held = ahead if flow.holds_buffers() else None
+                        # of its own only once at most ``ahead`` older ones are held
+                        # (one of another shape than the last, the grid's partial
+                        # last tile, may be read so where the others were mapped)
+                        last, shape = shape, tuple(s.stop - s.start for s in region)
+                        held = ahead if flow.holds_buffers() or shape != last else None
                         why = flow.advance(queue, lag, tiles=held)
                         if why is not None:
                             return why

@@ -56,7 +56,7 @@ def pieces_of(region: Region, limit: int) -> Iterator[Region]:
             yield (*head, slice(a, min(a + step, r.stop)), *region[k + 1 :])
 
 
-#: The largest block of an array not read ahead that a tile keeps for its pieces.
+#: The largest array not read ahead that a tile keeps whole for its pieces.
 SMALL_READ_BYTES = 64 * 2**10
 
 
@@ -71,7 +71,7 @@ class Evaluation:
         self.kept: dict[tuple[int, Any], Sequence[np.ndarray]] = {}
         # id(file) -> [(region, block)]
         self.leaves: dict[int, list[tuple[Region, np.ndarray]]] = {}
-        self.small_reads: dict[tuple[int, Any], np.ndarray] = {}
+        self.small_reads: dict[int, np.ndarray] = {}  # id(file) -> its whole block
         self._prefetch(top, region, set())
 
     def _prefetch(self, src: Any, region: Region | None, seen: set[tuple[int, Any]]) -> None:
@@ -148,14 +148,15 @@ class Evaluation:
                 return b[
                     tuple(slice(a.start - o.start, a.stop - o.start) for a, o in zip(region, r))
                 ]
-        # an array not read ahead (held in memory): a small block each piece reads
-        # alike (a mask's classes) read once a tile
-        key = (id(f), region_key(region))
-        block = self.small_reads.get(key)
+        # an array not read ahead (held in memory): a small one that each piece reads
+        # whole (a mask's classes) read once a tile, the pieces sharing its block
+        whole = all(s.start == 0 and s.stop == n for s, n in zip(region, f.shape))
+        block = self.small_reads.get(id(f)) if whole else None
         if block is None:
             block = f.read(region)
-            if block.nbytes <= SMALL_READ_BYTES:
-                self.small_reads[key] = block
+            if whole and block.nbytes <= SMALL_READ_BYTES:
+                block.flags.writeable = False
+                self.small_reads[id(f)] = block
         return block
 
 
