@@ -314,8 +314,9 @@ def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch, paged
     each its own transfer and program, queued one after another: a piece is waited
     for only once `DEVICE_AHEAD` tiles' pieces are queued behind it, and the host
     holds at most ``DEVICE_AHEAD + 1`` tiles' blocks. Data mapped from its file (paged
-    in rows): each piece's pages are released once its program ran (it reads them),
-    so at most that many tiles' pieces are mapped. Data read into memory (paged in
+    in rows): each piece's rows are released once its program ran (it reads them; a
+    block under `PIECE_RELEASE_BYTES`, its target, with its tile), so at most that
+    many tiles' pieces are mapped. Data read into memory (paged in
     half rows: a tile's rows are no one run of the file): a tile is read only once
     at most `DEVICE_AHEAD` older ones are held, each released once all its pieces
     ran."""
@@ -369,6 +370,10 @@ def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch, paged
     monkeypatch.setattr(_tile_program.Tile, "release_views", releasing_views)
     monkeypatch.setattr(_chain_read.Evaluation, "release", releasing)
     monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 96 * 2**10)
+    # a piece releases its rows (about 90 KiB) itself, its target's (6 KiB) with its tile
+    dropped, drop = [], _tile_program.release
+    monkeypatch.setattr(_tile_program, "PIECE_RELEASE_BYTES", 16 * 2**10)
+    monkeypatch.setattr(_tile_program, "release", lambda b: (dropped.append(b.nbytes), drop(b)))
     page = (4096, K) if paged == "in rows" else (4096, K // 2)
     with ooc.MemoryBudget("4MiB", device=TEST_DEVICE):
         X, Y = ooc.DiskArray.from_numpy(A, page_shape=page), ooc.DiskArray.from_numpy(y)
@@ -386,6 +391,7 @@ def test_a_devices_tiles_go_in_pieces_each_waited_for_in_turn(monkeypatch, paged
     assert most_held[0] == _one_pass.DEVICE_AHEAD + (paged == "in rows")
     views = [is_view(t.args[0]) for t in made]
     assert all(views) if paged == "in rows" else not any(views)
+    assert dropped == [t.args[0].nbytes for t in made if is_view(t.args[0])]
     # each piece read at most DEVICE_PIECE_BYTES of the data
     assert all(t.args[0].nbytes + t.args[-1].nbytes <= 96 * 2**10 for t in made)
 
@@ -454,6 +460,7 @@ def test_pieces_that_read_one_stored_array_whole_each_read_its_values(monkeypatc
         release_views(t)
 
     monkeypatch.setattr(_tile_program.Tile, "release_views", releasing_views)
+    monkeypatch.setattr(_tile_program, "PIECE_RELEASE_BYTES", 0)
     monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 32 * 2**10)
     with ooc.MemoryBudget("4MiB", device=TEST_DEVICE):
         X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)

@@ -21,7 +21,7 @@ import optax
 import pytest
 
 from gradpipe import ooc
-from gradpipe.ooc.execution import _one_pass, _tile_pieces
+from gradpipe.ooc.execution import _one_pass, _tile_pieces, _tile_program
 
 N, K = 600, 8
 BUDGET = 32 * 2**10  # several tiles per pass
@@ -48,9 +48,11 @@ TEST_DEVICE = os.environ.get("GRADPIPE_TEST_DEVICE", "cpu")
 def where(request, monkeypatch):
     """Where the loss's pass computes: the host, or a device (`MemoryBudget(device=)`),
     as jax.numpy computes there, in pieces of at most 2 KiB read (`DEVICE_PIECE_BYTES`:
-    a tile's pieces are each waited for in turn); on either, pieces of at least 64
-    elements (`MIN_PIECE_ELEMENTS`), so that these small tiles go in several."""
+    a tile's pieces are each waited for in turn, each releasing every mapped block it
+    read: `PIECE_RELEASE_BYTES`); on either, pieces of at least 64 elements
+    (`MIN_PIECE_ELEMENTS`), so that these small tiles go in several."""
     monkeypatch.setattr(_one_pass, "DEVICE_PIECE_BYTES", 2048)
+    monkeypatch.setattr(_tile_program, "PIECE_RELEASE_BYTES", 0)
     monkeypatch.setattr(_tile_pieces, "MIN_PIECE_ELEMENTS", 64)
     return "host" if request.param == "host" else TEST_DEVICE
 
