@@ -31,7 +31,6 @@ __all__ = [
     "held_bytes",
     "hold_in_memory",
     "result_file",
-    "track",
 ]
 
 #: The largest share of the budget one result held in memory may take.
@@ -68,11 +67,11 @@ def result_file(
     ``held`` (and the system has anonymous files), else on disk, at ``path`` if given."""
     f = PagedFile.create(shape, dtype, page_shape, path=path, in_memory=held)
     if not f.on_disk:
-        track(f)
+        _track(f)
     return f
 
 
-def track(f: PagedFile) -> None:
+def _track(f: PagedFile) -> None:
     """Count the in-memory file ``f`` as held until it is collected."""
     nbytes = f.nbytes
     with _lock:
