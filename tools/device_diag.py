@@ -5,8 +5,9 @@ A diagnostic for issue 33 (not a benchmark): the least-squares and MLP steps of
 ``size`` GiB, with the pass's own steps timed in place (the tile's gathering, the
 sends, the programs' launch, the waits for them, the pages' release, the folds),
 in variants: sums folded on the device or brought back tile by tile
-(`SUMS_ON_DEVICE`), pages released on the pass's thread, on a thread of their own,
-or kept (kept: over the budget, for comparison only); beside the hand loop and the
+(`SUMS_ON_DEVICE`), pages faulted by the transfers rather than asked for first
+(`POPULATE_VIEWS`), the interpreter's thread switch at 0.2 ms rather than 5, or
+pages kept (kept: over the budget, for comparison only); beside the hand loop and the
 loop by hand in 64 MiB blocks that keeps the link busy (`device_loops.py`). Two rounds of six
 steps each, medians; each part is its total a step.
 
@@ -39,6 +40,7 @@ from _params_workloads import WORKLOADS
 from gradpipe import ooc
 from gradpipe.ooc.execution import _one_pass, _tile_flow, _tile_program
 from gradpipe.ooc.planning import _chain_read
+from gradpipe.ooc.storage import _file_map
 
 GIB, K, BUDGET = 2**30, 256, 512 * 2**20
 _parts: collections.defaultdict[str, float] = collections.defaultdict(float)
@@ -71,6 +73,7 @@ def _instrument() -> None:
             release_views(self)
 
     _tile_program.Tile.release_views = _timed("release piece", maybe_release_views)
+    _file_map._madvise = _timed("madvise", _file_map._madvise)
     release = _chain_read.Evaluation.release
 
     def maybe_release(self):
@@ -86,14 +89,18 @@ def _variants(w, params, X, t, mapped, target, rows, device):
     block_rows = min(rows, max(1, BUDGET // 4 // (4 * K)))
     fn = jax.value_and_grad(lambda p: ooc.mean(w.row_loss(ooc, p, X, t)))
 
-    def gradpipe(sums=True, keep=False):
+    def gradpipe(sums=True, keep=False, populate=True, switch=None):
         def step():
             _one_pass.SUMS_ON_DEVICE, _keep_pages[0] = sums, keep
+            _tile_program.POPULATE_VIEWS, interval = populate, sys.getswitchinterval()
+            sys.setswitchinterval(switch or interval)
             try:
                 with ooc.MemoryBudget(BUDGET, device=device):
                     return fn(params)
             finally:
                 _one_pass.SUMS_ON_DEVICE, _keep_pages[0] = True, False
+                _tile_program.POPULATE_VIEWS = True
+                sys.setswitchinterval(interval)
 
         return step
 
@@ -104,7 +111,8 @@ def _variants(w, params, X, t, mapped, target, rows, device):
             w, params, mapped, target, block_rows // 2, 5, True
         ),
         "gradpipe": gradpipe(),
-        "release on a thread": device_loops._gradpipe(w, params, X, t, device, bg=True),
+        "pages faulted": gradpipe(populate=False),
+        "GIL switch 0.2 ms": gradpipe(switch=2e-4),
         "tile by tile": gradpipe(sums=False),
         "pages kept": gradpipe(keep=True),
     }

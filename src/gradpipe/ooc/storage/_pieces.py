@@ -2,10 +2,11 @@
 
 Within one page, each run along the last axis is contiguous on disk, and so is its
 image in the region-shaped array. Reading or writing those *pieces* directly —
-``preadv``/``pwritev`` with one buffer per piece, and pieces that follow each other
-on disk batched into one call — moves every byte once: no page-sized staging
-buffer, no copy between it and the array, and no read-modify-write of partly
-covered pages. Where pieces would be short (a page one element wide, say), the
+``preadv``/``pwritev`` with one buffer per run of pieces that follow each other
+both on disk and in the array (a page of whole rows is one), and runs that follow
+each other on disk batched into one call — moves every byte once: no page-sized
+staging buffer, no copy between it and the array, and no read-modify-write of
+partly covered pages. Where pieces would be short (a page one element wide, say), the
 system calls would cost more than the staging copy saves, and `region_pieces`
 answers ``None`` so that the caller takes the page-at-a-time path, unless the
 pages would be more than `MAX_OVERREAD` times the region: then the pieces are read
@@ -79,10 +80,22 @@ def region_pieces(
     return out
 
 
-def _batches(file_offsets: np.ndarray, length: int) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` index ranges of pieces that follow each other on disk, at
+def _runs(file_offsets: np.ndarray, array_offsets: np.ndarray, length: int) -> tuple:
+    """The pieces merged into runs that follow each other both on disk and in the
+    array (a page of whole rows is one run): each run's file offset, array offset
+    and length. One buffer a run: a vectored call of 1024 one-row buffers wrote a
+    file 5x slower than one of a megabyte on a sandboxed host (gVisor), and left
+    its memory in pieces that cost 5-10x more to drop from a map later."""
+    apart = (np.diff(file_offsets) != length) | (np.diff(array_offsets) != length)
+    first = np.concatenate([[0], np.flatnonzero(apart) + 1])
+    counts = np.diff(np.append(first, file_offsets.size))
+    return file_offsets[first], array_offsets[first], counts * length
+
+
+def _batches(file_offsets: np.ndarray, lengths: np.ndarray) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` index ranges of runs that follow each other on disk, at
     most `_IOV_MAX` long."""
-    breaks = np.flatnonzero(np.diff(file_offsets) != length) + 1
+    breaks = np.flatnonzero(file_offsets[:-1] + lengths[:-1] != file_offsets[1:]) + 1
     bounds = [0, *breaks.tolist(), file_offsets.size]
     for lo, hi in itertools.pairwise(bounds):
         for start in range(lo, hi, _IOV_MAX):
@@ -90,15 +103,18 @@ def _batches(file_offsets: np.ndarray, length: int) -> Iterator[tuple[int, int]]
 
 
 def _vectors(array: np.ndarray, pieces: Pieces) -> Iterator[tuple[list, int]]:
-    """``(buffers, file offset)`` for each batch of pieces that follow each other on
+    """``(buffers, file offset)`` for each batch of runs that follow each other on
     disk; the buffers are views of the C-contiguous ``array``."""
     view = array.data.cast("B")
     for file_offsets, array_offsets, length in pieces:
         if not length:
             continue
-        starts = array_offsets.tolist()
-        for lo, hi in _batches(file_offsets, length):
-            yield [view[a : a + length] for a in starts[lo:hi]], int(file_offsets[lo])
+        at, starts, lengths = _runs(file_offsets, array_offsets, length)
+        for lo, hi in _batches(at, lengths):
+            buffers = [
+                view[a : a + n] for a, n in zip(starts[lo:hi].tolist(), lengths[lo:hi].tolist())
+            ]
+            yield buffers, int(at[lo])
 
 
 def _rest(buffers: list, offset: int, done: int) -> Iterator[tuple[memoryview, int]]:
