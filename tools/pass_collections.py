@@ -1,0 +1,105 @@
+"""The interpreter's garbage collections inside a loss's pass, with the heap frozen
+for the pass (`gradpipe.ooc.execution._collector`) and as it is.
+
+A diagnostic for issue 33: the least-squares and MLP steps of
+`benchmarks/ooc_device.py` on JAX's CPU device over X of ``size`` GiB, in pieces of
+at most ``piece_bytes`` (fewer bytes, more pieces a step: 700000 gives a 0.25 GiB X
+as many pieces as a 24 GiB one has in 64 MiB pieces); for each, the median step and
+the collections that ran inside its passes (how many, their time, the full ones).
+
+    python3 tools/pass_collections.py 0.25 10 700000
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import ooc_device as od
+from _params_workloads import WORKLOADS
+from gradpipe import ooc
+from gradpipe.ooc.execution import _one_pass
+
+K, BUDGET = 256, 512 * 2**20
+_inside = [False]
+_pauses: list[tuple[int, float]] = []
+_started = [0.0]
+
+
+def _marked(run):
+    def marked(*a, **k):
+        _inside[0] = True
+        try:
+            return run(*a, **k)
+        finally:
+            _inside[0] = False
+
+    return marked
+
+
+def _timing(phase: str, info: dict) -> None:
+    if phase == "start":
+        _started[0] = time.perf_counter()
+    elif _inside[0]:
+        _pauses.append((info["generation"], time.perf_counter() - _started[0]))
+
+
+def main() -> None:
+    size = float(sys.argv[1]) if len(sys.argv) > 1 else 0.25
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    if len(sys.argv) > 3:
+        _one_pass.DEVICE_PIECE_BYTES = int(sys.argv[3])
+    rows = int(size * 2**30) // (4 * K)
+    d = Path(tempfile.mkdtemp(prefix="gradpipe-collections-"))
+    ooc.set_scratch_dir(d / "scratch")
+    _one_pass._pass = _marked(_one_pass._pass)
+    gc.callbacks.append(_timing)
+    frozen, device = _one_pass.heap_frozen, jax.devices("cpu")[0]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            X, _, _, disk = od._inputs(d, rows, BUDGET)
+        for name, w in WORKLOADS.items():
+            params = jax.device_put(w.init(K))
+            t = disk[w.target]
+            fn = jax.value_and_grad(lambda p, w=w, t=t: ooc.mean(w.row_loss(ooc, p, X, t)))
+
+            def step(fn=fn, params=params):
+                with ooc.MemoryBudget(BUDGET, device=device):
+                    return jax.block_until_ready(fn(params))
+
+            step()  # compiles
+            for label in ("as it is", "heap frozen", "as it is", "heap frozen"):
+                _one_pass.heap_frozen = frozen if label == "heap frozen" else contextlib.nullcontext
+                _pauses.clear()
+                times = []
+                for _ in range(steps):
+                    start = time.perf_counter()
+                    step()
+                    times.append(time.perf_counter() - start)
+                full = [p for g, p in _pauses if g == 2]
+                every = sum(p for _, p in _pauses) * 1e3
+                print(
+                    f"{name} {label:12} step {statistics.median(times) * 1e3:7.1f} ms; in its "
+                    f"passes: {len(_pauses)} collections, {every:6.1f} ms, {len(full)} full "
+                    f"({sum(full) * 1e3:.1f} ms)",
+                    flush=True,
+                )
+    finally:
+        _one_pass.heap_frozen = frozen
+        ooc.set_scratch_dir(None)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
