@@ -12,6 +12,7 @@ import textwrap
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -178,6 +179,32 @@ def test_storing_the_same_content_twice_writes_one_entry(tmp_path):
     refs = {reg.store(gp.Const([1, 2]), weights=b"w") for _ in range(3)}
     assert len(refs) == 1
     assert len([p for p in (tmp_path / "objects").iterdir()]) == 1
+
+
+def test_a_store_whose_entry_was_set_aside_meanwhile_writes_it_again(tmp_path, monkeypatch):
+    """Another thread stores the same pair first, and a third sets that copy aside as
+    damaged before this store looks again: this store writes the entry, not an
+    OSError (seen once in the random concurrent test below)."""
+    from gradpipe.core import _registry
+
+    reg = Registry(tmp_path)
+    rename, calls = os.rename, []
+
+    def raced(src, dst):
+        calls.append(dst)
+        if len(calls) == 1:  # the other store's copy, there and then set aside
+            os.mkdir(dst)
+            (Path(dst) / "weights.bin").write_bytes(b"x")
+            rename(dst, Path(tmp_path) / "aside")
+            raise OSError(39, "Directory not empty")
+        return rename(src, dst)
+
+    monkeypatch.setattr(_registry.os, "rename", raced)
+    ref = reg.store(gp.Const(3), weights=b"\x03")
+    monkeypatch.undo()
+    assert len(calls) == 2 and reg.load(ref).value == 3
+    assert [e["ref"] for e in reg.list()] == [ref]
+    assert not any(p.name.startswith(".") for p in (tmp_path / "objects").iterdir())
 
 
 @pytest.mark.parametrize("name", ["best\n", "bést", "٣", "v1\x00", "ｂｅｓｔ", "v 1"])

@@ -24,6 +24,7 @@ again, and `Registry.list` lists the intact entries and warns about the others.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -168,11 +169,7 @@ class Registry:
                         handle.write(data)
                         handle.flush()
                         os.fsync(handle.fileno())
-                try:
-                    os.rename(staging, target)
-                except OSError:
-                    if not target.exists():  # not a concurrent store of the same pair
-                        raise
+                _move_in(staging, target)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         for tag in tags:
@@ -355,3 +352,22 @@ class Registry:
                 stacklevel=2,
             )
         return entries
+
+
+def _move_in(staging: Path, target: Path, attempts: int = 8) -> None:
+    """Rename the written ``staging`` folder to ``target``. A concurrent store of the
+    same pair may have put it there first (then that one stands); one that a
+    concurrent repair set aside between the two (a damaged entry) is written again."""
+    for _ in range(attempts):
+        try:
+            os.rename(staging, target)
+            return
+        except OSError as error:
+            if target.exists():  # a concurrent store of the same pair
+                return
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+    raise RegistryError(
+        f"Could not store the entry {target.name}: other processes kept setting it aside "
+        "(a damaged copy being repaired). Store it again."
+    )
