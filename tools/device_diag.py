@@ -73,7 +73,8 @@ def _instrument() -> None:
             release_views(self)
 
     _tile_program.Tile.release_views = _timed("release piece", maybe_release_views)
-    _file_map._madvise = _timed("madvise", _file_map._madvise)
+    if _file_map._madvise is not None:  # (None: no C library, `mmap.madvise` used)
+        _file_map._madvise = _timed("madvise", _file_map._madvise)
     release = _chain_read.Evaluation.release
 
     def maybe_release(self):

@@ -44,13 +44,12 @@ from gradpipe import ooc
 from gradpipe.ooc.storage import _file_map
 
 K, BUDGET, BLOCK, HEADER = 256, 512 * 2**20, 64 * 2**20, 4096
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_madvise = _file_map._libc_madvise()  # (the C library's, as gradpipe's release calls it)
 
 
 def _drop(block: np.ndarray) -> float:
     start = time.perf_counter()
-    if _libc.madvise(block.ctypes.data, block.nbytes, mmap.MADV_DONTNEED) != 0:
+    if _madvise(block.ctypes.data, block.nbytes, mmap.MADV_DONTNEED) != 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     return time.perf_counter() - start
 

@@ -5,7 +5,8 @@ A diagnostic for issue 33: the least-squares and MLP steps of
 `benchmarks/ooc_device.py` on JAX's CPU device over X of ``size`` GiB, in pieces of
 at most ``piece_bytes`` (fewer bytes, more pieces a step: 700000 gives a 0.25 GiB X
 as many pieces as a 24 GiB one has in 64 MiB pieces); for each, the median step and
-the collections that ran inside its passes (how many, their time, the full ones).
+the collections that ran inside its passes and outside them (how many, their time a
+step, the full ones).
 
     python3 tools/pass_collections.py 0.25 10 700000
 """
@@ -33,7 +34,7 @@ from gradpipe.ooc.execution import _one_pass
 
 K, BUDGET = 256, 512 * 2**20
 _inside = [False]
-_pauses: list[tuple[int, float]] = []
+_pauses: list[tuple[int, float, bool]] = []  # generation, time, inside a pass
 _started = [0.0]
 
 
@@ -51,8 +52,8 @@ def _marked(run):
 def _timing(phase: str, info: dict) -> None:
     if phase == "start":
         _started[0] = time.perf_counter()
-    elif _inside[0]:
-        _pauses.append((info["generation"], time.perf_counter() - _started[0]))
+    else:
+        _pauses.append((info["generation"], time.perf_counter() - _started[0], _inside[0]))
 
 
 def main() -> None:
@@ -87,14 +88,17 @@ def main() -> None:
                     start = time.perf_counter()
                     step()
                     times.append(time.perf_counter() - start)
-                full = [p for g, p in _pauses if g == 2]
-                every = sum(p for _, p in _pauses) * 1e3
-                print(
-                    f"{name} {label:12} step {statistics.median(times) * 1e3:7.1f} ms; in its "
-                    f"passes: {len(_pauses)} collections, {every:6.1f} ms, {len(full)} full "
-                    f"({sum(full) * 1e3:.1f} ms)",
-                    flush=True,
-                )
+                parts = []
+                for where, inside in (("in its passes", True), ("outside them", False)):
+                    mine = [(g, p) for g, p, i in _pauses if i == inside]
+                    full = [p for g, p in mine if g == 2]
+                    every = sum(p for _, p in mine) * 1e3 / steps
+                    parts.append(
+                        f"{where}: {len(mine)} collections, {every:5.1f} ms a step, "
+                        f"{len(full)} full ({sum(full) * 1e3 / steps:.1f} ms a step)"
+                    )
+                ms = statistics.median(times) * 1e3
+                print(f"{name} {label:12} step {ms:6.1f} ms; " + "; ".join(parts), flush=True)
     finally:
         _one_pass.heap_frozen = frozen
         ooc.set_scratch_dir(None)

@@ -5,6 +5,7 @@ processes both believe they set, an entry that cannot be repaired, a listing tha
 one bad entry breaks, a class stored where no other process can find it.
 """
 
+import errno
 import os
 import subprocess
 import sys
@@ -196,7 +197,7 @@ def test_a_store_whose_entry_was_set_aside_meanwhile_writes_it_again(tmp_path, m
             os.mkdir(dst)
             (Path(dst) / "weights.bin").write_bytes(b"x")
             rename(dst, Path(tmp_path) / "aside")
-            raise OSError(39, "Directory not empty")
+            raise OSError(errno.ENOTEMPTY, "Directory not empty")
         return rename(src, dst)
 
     monkeypatch.setattr(_registry.os, "rename", raced)

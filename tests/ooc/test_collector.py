@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import warnings
 import weakref
 
 import jax
@@ -96,7 +97,7 @@ def test_a_collector_the_caller_turned_off_is_left_off(monkeypatch):
         gc.enable()
 
 
-def test_passes_on_two_threads_freeze_once_and_the_last_hands_back():
+def test_passes_on_two_threads_keep_the_heap_frozen_until_the_last_ends():
     inside, leave = threading.Event(), threading.Event()
 
     def other():
@@ -116,14 +117,41 @@ def test_passes_on_two_threads_freeze_once_and_the_last_hands_back():
     assert gc.get_freeze_count() == 0
 
 
-def test_cycles_made_during_a_pass_are_collected():
+def test_cycles_made_during_a_pass_are_collected_by_the_collector_itself():
+    """(Not only by an explicit `gc.collect`: the collector stays on.)"""
+
     class Node:
         pass
 
-    with _collector.heap_frozen():
-        a, b = Node(), Node()
-        a.other, b.other = b, a
-        ref = weakref.ref(a)
-        del a, b
-        gc.collect()
-        assert ref() is None
+    collected = []
+    gc.callbacks.append(lambda phase, info: phase == "stop" and collected.append(1))
+    try:
+        with _collector.heap_frozen():
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+            ref = weakref.ref(a)
+            del a, b
+            kept = []
+            for _ in range(100_000):  # allocations enough to set off a collection
+                if collected and ref() is None:
+                    break
+                kept.append([])
+            assert collected and ref() is None
+    finally:
+        gc.callbacks.pop()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this system")
+def test_a_child_forked_during_a_pass_starts_with_its_heap_handed_back():
+    read, write = os.pipe()
+    with _collector.heap_frozen(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (JAX warns that its threads do not fork)
+        assert gc.get_freeze_count() > 0
+        child = os.fork()
+        if child == 0:  # (the child reports and leaves at once)
+            os.write(write, str(gc.get_freeze_count()).encode())
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 64) == b"0"
+    os.close(read)
+    os.waitpid(child, 0)

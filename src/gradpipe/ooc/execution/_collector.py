@@ -20,13 +20,15 @@ collected as usual. Nothing is freed later than it would be by reference countin
 only cycles among the older objects wait for the pass's end. Where the caller froze
 the heap already (to fork, say), or turned the collector off, it is left as it is;
 passes running at once on several threads freeze once, and the last to end hands
-the heap back.
+the heap back (with whatever a caller froze meanwhile); a child forked during a
+pass starts with its heap handed back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
@@ -39,13 +41,14 @@ _passes = [0]  # passes running that froze the heap (or found it frozen by one)
 @contextlib.contextmanager
 def heap_frozen() -> Iterator[None]:
     """Leave the objects that exist now out of the collector's work meanwhile."""
-    with _lock:
-        ours = _passes[0] > 0 or (gc.isenabled() and gc.get_freeze_count() == 0)
-        if ours:
-            if _passes[0] == 0:
-                gc.freeze()
-            _passes[0] += 1
+    ours = False
     try:
+        with _lock:
+            if _passes[0] > 0 or (gc.isenabled() and gc.get_freeze_count() == 0):
+                if _passes[0] == 0:
+                    gc.freeze()
+                _passes[0] += 1
+                ours = True
         yield
     finally:
         if ours:
@@ -53,3 +56,14 @@ def heap_frozen() -> Iterator[None]:
                 _passes[0] -= 1
                 if _passes[0] == 0:
                     gc.unfreeze()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while a pass ran has no pass running: its heap is handed back."""
+    if _passes[0] > 0:
+        _passes[0] = 0
+        gc.unfreeze()
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -33,8 +33,8 @@ _MANY_CALLS = 256
 MAX_OVERREAD = 4
 _IOV_MAX = 1024  # Linux's limit of buffers per preadv/pwritev call
 
-#: Per page touched: (file offsets, array byte offsets, bytes per piece).
-Pieces = list[tuple[np.ndarray, np.ndarray, int]]
+#: Per page touched, its runs: (file offsets, array byte offsets, bytes per run).
+Pieces = list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 def region_pieces(
@@ -65,12 +65,13 @@ def region_pieces(
             in_array = np.arange(lo - s.start, hi - s.start, dtype=np.int64) * array_strides[ax]
             file_offset = np.add.outer(file_offset, in_page)
             array_offset = np.add.outer(array_offset, in_array)
-        file_offset, array_offset = file_offset.ravel(), array_offset.ravel()
-        out.append((file_offset, array_offset, width))
-        shortest = width if shortest is None else min(shortest, width)
-        # pieces that follow each other on disk are read by one call (`_batches`)
-        apart = int(np.count_nonzero(np.diff(file_offset) != width))
-        calls += apart + 1 + file_offset.size // _IOV_MAX
+        runs = _runs(file_offset.ravel(), array_offset.ravel(), width)
+        out.append(runs)
+        at, _, lengths = runs
+        shortest = int(lengths.min()) if shortest is None else min(shortest, int(lengths.min()))
+        # runs that follow each other on disk are read by one call (`_batches`)
+        apart = int(np.count_nonzero(at[:-1] + lengths[:-1] != at[1:]))
+        calls += apart + 1 + at.size // _IOV_MAX
     if shortest is not None and shortest < MIN_PIECE_BYTES and calls > _MANY_CALLS:
         # many calls for short pieces: whole pages cost fewer, unless the region is a
         # small part of them (two months of a climatology's page, say)
@@ -80,12 +81,15 @@ def region_pieces(
     return out
 
 
-def _runs(file_offsets: np.ndarray, array_offsets: np.ndarray, length: int) -> tuple:
-    """The pieces merged into runs that follow each other both on disk and in the
-    array (a page of whole rows is one run): each run's file offset, array offset
-    and length. One buffer a run: a vectored call of 1024 one-row buffers wrote a
-    file 5x slower than one of a megabyte on a sandboxed host (gVisor), and left
-    its memory in pieces that cost 5-10x more to drop from a map later."""
+def _runs(
+    file_offsets: np.ndarray, array_offsets: np.ndarray, length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A page's pieces of ``length`` bytes merged into runs that follow each other
+    both on disk and in the array (a page of whole rows is one run): each run's
+    file offset, array offset and length. One buffer a run: where gradpipe wrote a
+    page of whole rows as a call of 1024 one-row buffers, a sandboxed TPU host
+    (gVisor) kept the file's memory in pieces that cost 5-10x more to drop from a
+    map later (`tools/device_drops.py`)."""
     apart = (np.diff(file_offsets) != length) | (np.diff(array_offsets) != length)
     first = np.concatenate([[0], np.flatnonzero(apart) + 1])
     counts = np.diff(np.append(first, file_offsets.size))
@@ -106,15 +110,12 @@ def _vectors(array: np.ndarray, pieces: Pieces) -> Iterator[tuple[list, int]]:
     """``(buffers, file offset)`` for each batch of runs that follow each other on
     disk; the buffers are views of the C-contiguous ``array``."""
     view = array.data.cast("B")
-    for file_offsets, array_offsets, length in pieces:
-        if not length:
-            continue
-        at, starts, lengths = _runs(file_offsets, array_offsets, length)
+    for at, starts, lengths in pieces:
         for lo, hi in _batches(at, lengths):
-            buffers = [
-                view[a : a + n] for a, n in zip(starts[lo:hi].tolist(), lengths[lo:hi].tolist())
-            ]
-            yield buffers, int(at[lo])
+            runs = zip(starts[lo:hi].tolist(), lengths[lo:hi].tolist())
+            buffers = [view[a : a + n] for a, n in runs if n]
+            if buffers:
+                yield buffers, int(at[lo])
 
 
 def _rest(buffers: list, offset: int, done: int) -> Iterator[tuple[memoryview, int]]:
