@@ -6,12 +6,11 @@ interpreter's heap stops that thread for as long as it takes to walk every objec
 the process holds (JAX's and the caller's among them: 75-160 ms for 140,000 objects
 on the 2-core machine), and a pass of many pieces allocates enough to set one off
 every step or two. Measured there on JAX's CPU device, a 256 MiB MLP step in 384
-pieces (as many as a 24 GiB X in 64 MiB pieces), two runs: six full collections
-in ten steps' passes, 78-98 ms a step, and 103-132 ms a step of collections in all;
-with the heap frozen none full and 20-28 ms in all, the step 375-442 ms against
-454-521 ms.
-(A step of a few pieces, 0.5 GiB in 64 MiB ones, saw no full collection in twenty;
-`tools/pass_collections.py` measures it.)
+pieces (as many as a 24 GiB X in 64 MiB pieces), ten steps: six full collections
+inside the passes, 55-57 ms a step, none outside them; with the heap frozen none
+full anywhere, the collections inside the passes 12-14 ms a step against 68-70, and
+the step 234-236 ms against 288-307 ms (`tools/pass_collections.py`; a step of a
+few pieces, 0.5 GiB in 64 MiB ones, saw no full collection in twenty).
 
 So a pass freezes the heap it starts with (`gc.freeze`): the objects that exist
 then are left out of every collection until the pass ends, when they are handed
