@@ -1,4 +1,4 @@
-"""The interpreter's garbage collections inside a loss's pass, with the heap frozen
+"""The interpreter's garbage collections inside a loss's pass, with the collector paused
 for the pass (`gradpipe.ooc.execution._collector`) and as it is.
 
 A diagnostic for issue 33: the least-squares and MLP steps of
@@ -6,7 +6,7 @@ A diagnostic for issue 33: the least-squares and MLP steps of
 at most ``piece_bytes`` (fewer bytes, more pieces a step: 700000 gives a 0.25 GiB X
 as many pieces as a 24 GiB one has in 64 MiB pieces); for each, the median step and
 the collections that ran inside its passes and outside them (how many, their time a
-step, the full ones).
+step, the full ones), and the cyclic garbage the paused passes leave.
 
     python3 tools/pass_collections.py 0.25 10 700000
 """
@@ -66,7 +66,7 @@ def main() -> None:
     ooc.set_scratch_dir(d / "scratch")
     _one_pass._pass = _marked(_one_pass._pass)
     gc.callbacks.append(_timing)
-    frozen, device = _one_pass.heap_frozen, jax.devices("cpu")[0]
+    paused, device = _one_pass.collector_paused, jax.devices("cpu")[0]
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             X, _, _, disk = od._inputs(d, rows, BUDGET)
@@ -80,8 +80,8 @@ def main() -> None:
                     return jax.block_until_ready(fn(params))
 
             step()  # compiles
-            for label in ("as it is", "heap frozen", "as it is", "heap frozen"):
-                _one_pass.heap_frozen = frozen if label == "heap frozen" else contextlib.nullcontext
+            for label in ("as it is", "paused", "as it is", "paused"):
+                _one_pass.collector_paused = paused if label == "paused" else contextlib.nullcontext
                 _pauses.clear()
                 times = []
                 for _ in range(steps):
@@ -99,8 +99,19 @@ def main() -> None:
                     )
                 ms = statistics.median(times) * 1e3
                 print(f"{name} {label:12} step {ms:6.1f} ms; " + "; ".join(parts), flush=True)
+            # what the paused collector leaves: the cycles its passes made
+            _one_pass.collector_paused = paused
+            gc.collect()
+            for _ in range(steps):
+                step()
+            left = gc.collect()
+            print(
+                f"{name} cyclic garbage after {steps} steps, the collector paused in each "
+                f"pass: {left} objects",
+                flush=True,
+            )
     finally:
-        _one_pass.heap_frozen = frozen
+        _one_pass.collector_paused = paused
         ooc.set_scratch_dir(None)
         shutil.rmtree(d, ignore_errors=True)
 

@@ -35,7 +35,7 @@ from ..planning._stages import Where, note_next
 from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._allocator import kept_between_pieces
-from ._collector import heap_frozen
+from ._collector import collector_paused
 from ._compute_device import device_budget, device_for
 from ._device_sums import DeviceSums
 from ._executor import current_executor
@@ -311,8 +311,8 @@ def _pass(
         lag = ahead if device is not None else 0
         # on the host, each piece's program allocates its blocks afresh: they are
         # kept in the heaps between pieces (`kept_between_pieces`); the interpreter's
-        # older objects wait for the pass's end to be collected (`heap_frozen`)
-        with kept_between_pieces(room // in_flight if device is None else 0), heap_frozen():
+        # cyclic collector waits for the pass's end (`collector_paused`)
+        with kept_between_pieces(room // in_flight if device is None else 0), collector_paused():
             try:
                 # on a device, the pieces queued behind the one waited for: those of
                 # ``ahead`` tiles beside the rest of its own, of the most pieces a tile
