@@ -12,6 +12,13 @@ to the device, medians:
 - ``--files``: by how a file of random floats was made (preallocated or not) and
   where the blocks start (4 KiB in: an array file's header), mapped once or twice;
 - ``--copy``: gradpipe's ``X`` against a copy of it written in 32 MiB writes;
+- ``--sync``: a file of random floats as written, after ``fsync``, after a rename,
+  and after both (as gradpipe commits a named array: `PagedFile.commit`);
+- ``--writes [HOW ...]``: a file of 32 MiB pages, each a new array, written with
+  ``pwrite``, with ``pwritev`` of one buffer or of 1024 rows, with temporaries made
+  between the writes (as the benchmark's rows are), by gradpipe
+  (`DiskArray.from_row_blocks`), and each page copied into one buffer used for every
+  page ("pwrite from a reused buffer"); the names after the flag pick some;
 - ``--steps``: the least-squares and MLP training steps of `ooc_device.py` on
   gradpipe's ``X`` and on that copy.
 
@@ -153,6 +160,97 @@ def files(d: Path, size_gib: float) -> None:
         os.close(fd)
 
 
+def sync(d: Path, size_gib: float) -> None:
+    size, chunk = int(size_gib * 2**30), 32 * 2**20
+    data = np.random.default_rng(0).standard_normal(chunk // 4, np.float32).tobytes()
+    for synced, renamed in ((False, False), (True, False), (False, True), (True, True)):
+        path, final = d / "made.part", d / "made.bin"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        os.posix_fallocate(fd, 0, size)
+        start = time.perf_counter()
+        for off in range(0, size, chunk):
+            os.pwrite(fd, data, off)
+        wrote = time.perf_counter() - start
+        start = time.perf_counter()
+        if synced:
+            os.fsync(fd)
+        if renamed:
+            os.replace(path, final)
+        took = time.perf_counter() - start
+        ms = _drops_after_sends(_file_map.FileMap(fd, size), size, HEADER) * 1e3
+        print(
+            f"fsync {synced!s:5} renamed {renamed!s:5}  drop {ms:5.2f} ms "
+            f"(written in {wrote:.1f} s, fsync/rename {took:.1f} s)",
+            flush=True,
+        )
+        os.close(fd)
+        for q in (path, final):
+            q.unlink(missing_ok=True)
+
+
+def writes(d: Path, size_gib: float) -> None:
+    size, chunk = int(size_gib * 2**30), 32 * 2**20
+    rows = chunk // (4 * K)
+    base = np.random.default_rng(0).standard_normal((rows, K), np.float32)
+    teacher = np.random.default_rng(1).standard_normal((K, 16), np.float32)
+
+    reused = np.empty_like(base)
+
+    def page(i: int, temporaries: bool, into: np.ndarray | None = None) -> np.ndarray:
+        if into is not None:  # (no new array a page: one buffer filled again)
+            np.add(np.roll(base, i % 7919, axis=1), np.float32(i % 13 / 13), out=into)
+            return into
+        block = np.roll(base, i % 7919, axis=1) + np.float32(i % 13 / 13)
+        if temporaries:  # (as `ooc_device._inputs` makes each page's targets)
+            block @ teacher[:, 0], np.argmax(block @ teacher, axis=1)
+        return block
+
+    def written(how: str) -> int:
+        path = d / "made.bin"
+        if how == "gradpipe":
+            ooc.DiskArray.from_row_blocks(
+                (size // (4 * K), K),
+                np.float32,
+                lambda a, b: page(a // rows, True)[: b - a],
+                path=path,
+                page_shape=(rows, K),
+            )
+            return os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        os.posix_fallocate(fd, 0, size + HEADER)
+        for i, off in enumerate(range(HEADER, size + HEADER - chunk + 1, chunk)):
+            block = page(i, how.endswith("temporaries"), reused if "reused" in how else None)
+            if how.startswith("pwritev 1024"):  # (as gradpipe wrote a page of rows before)
+                for r in range(0, rows, 1024):
+                    os.pwritev(fd, list(block[r : r + 1024]), off + r * 4 * K)
+            elif how.startswith("pwritev"):
+                os.pwritev(fd, [block], off)
+            else:
+                os.pwrite(fd, block, off)
+        return fd
+
+    after = sys.argv[sys.argv.index("--writes") + 1 :]
+    picked = after[: next((i for i, a in enumerate(after) if a.startswith("--")), len(after))]
+    hows = picked or [
+        "pwrite",
+        "pwritev 1",
+        "pwritev 1024",
+        "pwrite, temporaries",
+        "pwritev 1, temporaries",
+        "gradpipe",
+        "pwrite from a reused buffer",
+        "pwrite",
+    ]
+    for how in hows:
+        start = time.perf_counter()
+        fd = written(how)
+        took = time.perf_counter() - start
+        ms = _drops_after_sends(_file_map.FileMap(fd, size + HEADER), size, HEADER) * 1e3
+        print(f"{how:24} drop {ms:5.2f} ms a 64 MiB block (written in {took:.1f} s)", flush=True)
+        os.close(fd)
+        (d / "made.bin").unlink()
+
+
 def copy(d: Path, size_gib: float) -> None:
     _x(d, size_gib)
     src, dst, size = _copy_of(d)
@@ -182,7 +280,14 @@ def steps(d: Path, size_gib: float) -> None:
 
 def main() -> None:
     size = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
-    modes = {"--use": use, "--files": files, "--copy": copy, "--steps": steps}
+    modes = {
+        "--use": use,
+        "--files": files,
+        "--copy": copy,
+        "--sync": sync,
+        "--writes": writes,
+        "--steps": steps,
+    }
     print(jax.devices(), flush=True)
     d = Path(tempfile.mkdtemp(prefix="gradpipe-drops-"))
     ooc.set_scratch_dir(d / "scratch")

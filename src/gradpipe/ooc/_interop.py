@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arrays._array import DiskArray
-from .arrays._array_files import _new_file, _row_chunks
+from .arrays._array_files import _new_file, _written
 from .execution._driver import Driver
 from .planning._budget import MemoryBudget, format_bytes, get_budget
 from .planning._chain import is_chain
@@ -225,10 +225,4 @@ def from_zarr(
     if isinstance(source, (str, os.PathLike)):
         source = zarr_file(source, storage_options=storage_options).array
     f = _new_file(source.shape, source.dtype, path, page_shape, budget)
-    try:
-        for r in _row_chunks(f):
-            f.write(r, np.asarray(source[r]))
-    except BaseException:
-        f.discard()
-        raise
-    return DiskArray._wrap(f.commit())
+    return DiskArray._wrap(_written(f, lambda r, out: np.copyto(out, source[r])))

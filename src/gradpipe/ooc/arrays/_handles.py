@@ -54,7 +54,11 @@ class ConstantFile:
         self.value: np.generic = self.dtype.type(value)  # type: ignore[call-overload]
         self.page_shape = default_page_shape(self.shape, self.dtype.itemsize, get_budget())
 
-    def read(self, region: Region | None = None) -> np.ndarray:
+    def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """The value over ``region``, in ``out`` when given (as `ArrayFile.read`)."""
+        if out is not None:
+            out.fill(self.value)
+            return out
         shape = self.shape if region is None else tuple(s.stop - s.start for s in region)
         return np.full(shape, self.value, self.dtype)
 
