@@ -63,11 +63,6 @@ def _from_big_endian_values(tmp_path):
     return ooc.DiskArray.from_numpy(want.astype(">f4"), page_shape=PAGE), want
 
 
-def _full(tmp_path):
-    got = ooc.DiskArray.full((300, 7), 2.5, np.float32, budget=4096)
-    return got, np.full((300, 7), 2.5, np.float32)
-
-
 def _saved(tmp_path):
     want = _values()
     src = ooc.DiskArray.from_numpy(want, page_shape=PAGE)
@@ -87,7 +82,6 @@ def _from_zarr(tmp_path):
         _from_a_memmap,
         _from_a_fortran_array,
         _from_big_endian_values,
-        _full,
         _saved,
         _from_zarr,
     ],

@@ -18,7 +18,7 @@ from ..execution._store import Store
 from ..planning._budget import MemoryBudget, format_bytes, get_budget
 from ..storage._paged_file import PagedFile
 from . import _handles
-from ._array_files import _is_mapped, _new_file, _written
+from ._array_files import _is_mapped, _new_file, _row_chunks, _written
 from ._array_protocols import ArrayProtocols
 from ._device import Device
 from ._forwarding import _forward, _reduction
@@ -112,10 +112,16 @@ class DiskArray(ArrayProtocols):
         """An array on disk with every element equal to ``fill_value``."""
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         f = _new_file(shape, dtype, path, None, budget)
-        if fill_value == 0:  # (a new file reads as zeros)
-            return cls._wrap(f.commit())
-        value = np.asarray(fill_value, f.dtype)
-        return cls._wrap(_written(f, lambda r, out: np.copyto(out, value)))
+        try:
+            if fill_value != 0:  # (a new file reads as zeros)
+                # a value broadcast, written a bounded slab at a time (`PagedFile.write`):
+                # a page row of a wide array may be larger than memory
+                for r in _row_chunks(f):
+                    f.write(r, np.asarray(fill_value, f.dtype))
+        except BaseException:
+            f.discard()
+            raise
+        return cls._wrap(f.commit())
 
     @classmethod
     def from_numpy(

@@ -72,8 +72,8 @@ def _written(f: PagedFile, fill: Callable[[Region, np.ndarray], np.ndarray | Non
     file after sending it to the chip cost 2.6-3.2 ms when each 32 MiB page had been
     written from an array made for it, 0.4-0.5 ms when written from one buffer
     (`tools/device_drops.py --writes`); the training step of
-    `benchmarks/ooc_device.py` on the MLP over 8 GiB took 0.787 s against 0.658 s
-    (the loop written by hand 0.617 s). Written from a memory map, the copy into
+    `benchmarks/ooc_device.py` on the MLP over 8 GiB took 0.787 s against 0.660 s
+    (the loop written by hand 0.616 s). Written from a memory map, the copy into
     the page cache faults part-way, and the kernel caches the file in small pages
     (0.1 s a GiB to map it, against 0.008 s).
     """
