@@ -53,11 +53,6 @@ def _from_a_memmap(tmp_path):
     return ooc.DiskArray.from_numpy(m, page_shape=PAGE), want
 
 
-def _from_a_fortran_array(tmp_path):
-    want = _values()
-    return ooc.DiskArray.from_numpy(np.asfortranarray(want), page_shape=PAGE), want
-
-
 def _from_big_endian_values(tmp_path):
     want = _values()
     return ooc.DiskArray.from_numpy(want.astype(">f4"), page_shape=PAGE), want
@@ -80,7 +75,6 @@ def _from_zarr(tmp_path):
     [
         _from_row_blocks,
         _from_a_memmap,
-        _from_a_fortran_array,
         _from_big_endian_values,
         _saved,
         _from_zarr,
@@ -103,12 +97,42 @@ def test_an_array_in_memory_is_written_from_itself(written):
     np.testing.assert_array_equal(got.to_numpy(), want)
 
 
-def test_rows_of_the_wrong_shape_are_refused_and_leave_no_file(tmp_path):
-    with pytest.raises(ValueError, match="broadcast"):
-        ooc.DiskArray.from_row_blocks(
-            SHAPE, np.float32, lambda a, b: np.zeros((b - a + 1, 5)), path=tmp_path / "x.gpa"
-        )
+def test_a_strided_array_in_memory_is_not_copied_whole(written):
+    # (`PagedFile.write` copies it a bounded slab at a time: a page row of a wide
+    # array may be larger than memory)
+    want = _values()
+    strided = np.asfortranarray(want)
+    got = ooc.DiskArray.from_numpy(strided, page_shape=PAGE)
+    assert all(np.shares_memory(d, strided) for d in written)
+    np.testing.assert_array_equal(got.to_numpy(), want)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        lambda a, b: np.zeros((b - a + 1, 5)),  # a row too many
+        lambda a, b: np.zeros((1, b - a, 5)),  # an axis too many
+        lambda a, b: [[0.0] * 4] * (b - a),  # a list of rows one too short
+    ],
+)
+def test_rows_of_the_wrong_shape_are_refused_and_leave_no_file(rows, tmp_path):
+    with pytest.raises(ValueError):
+        ooc.DiskArray.from_row_blocks(SHAPE, np.float32, rows, path=tmp_path / "x.gpa")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_python_numbers_out_of_the_type_s_range_are_refused(tmp_path):
+    with pytest.raises(OverflowError):
+        ooc.DiskArray.from_row_blocks((4,), np.uint8, lambda a, b: [300] * (b - a))
+    got = ooc.DiskArray.from_row_blocks((4,), np.uint8, lambda a, b: [200] * (b - a))
+    np.testing.assert_array_equal(got.to_numpy(), np.full(4, 200, np.uint8))
+
+
+def test_rows_broadcast_and_cast_as_numpy_casts_arrays(tmp_path):
+    got = ooc.DiskArray.from_row_blocks(SHAPE, np.int16, lambda a, b: np.arange(5) * 1.75)
+    np.testing.assert_array_equal(
+        got.to_numpy(), np.broadcast_to(np.arange(5) * 1.75, SHAPE).astype(np.int16)
+    )
 
 
 def test_a_gradient_that_is_zero_without_a_file_is_saved_as_zeros(tmp_path):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arrays._array import DiskArray
-from .arrays._array_files import _new_file, _written
+from .arrays._array_files import _copy_into, _new_file, _written
 from .execution._driver import Driver
 from .planning._budget import MemoryBudget, format_bytes, get_budget
 from .planning._chain import is_chain
@@ -225,4 +225,4 @@ def from_zarr(
     if isinstance(source, (str, os.PathLike)):
         source = zarr_file(source, storage_options=storage_options).array
     f = _new_file(source.shape, source.dtype, path, page_shape, budget)
-    return DiskArray._wrap(_written(f, lambda r, out: np.copyto(out, source[r])))
+    return DiskArray._wrap(_written(f, lambda r, out: _copy_into(out, source[r])))

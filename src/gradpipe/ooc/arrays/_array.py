@@ -18,7 +18,7 @@ from ..execution._store import Store
 from ..planning._budget import MemoryBudget, format_bytes, get_budget
 from ..storage._paged_file import PagedFile
 from . import _handles
-from ._array_files import _is_mapped, _new_file, _row_chunks, _written
+from ._array_files import _copy_into, _is_mapped, _new_file, _row_chunks, _written
 from ._array_protocols import ArrayProtocols
 from ._device import Device
 from ._forwarding import _forward, _reduction
@@ -149,7 +149,7 @@ class DiskArray(ArrayProtocols):
         # an array in memory is written from itself, a memory map's rows copied into
         # one buffer first (`_written`)
         if _is_mapped(array):
-            return cls._wrap(_written(f, lambda r, out: np.copyto(out, array[r])))
+            return cls._wrap(_written(f, lambda r, out: _copy_into(out, array[r])))
         return cls._wrap(_written(f, lambda r, out: array[r]))
 
     from_memmap = from_numpy
@@ -168,7 +168,9 @@ class DiskArray(ArrayProtocols):
         """An array built block of rows by block of rows, never whole in memory.
 
         ``make_rows(start, stop)`` returns rows ``start:stop`` (shape
-        ``(stop - start, *shape[1:])``); blocks are one page row high.
+        ``(stop - start, *shape[1:])``); blocks are one page row high, each copied
+        into one buffer kept for the whole write before it is written (so two page
+        rows are in memory at once: `_array_files._written` says why).
 
         ```python
         X = DiskArray.from_row_blocks(
@@ -181,7 +183,7 @@ class DiskArray(ArrayProtocols):
         return cls._wrap(
             _written(
                 f,
-                lambda r, out: np.copyto(out, make_rows(r[0].start, r[0].stop), casting="unsafe"),
+                lambda r, out: _copy_into(out, make_rows(r[0].start, r[0].stop)),
             )
         )
 
@@ -265,7 +267,7 @@ class DiskArray(ArrayProtocols):
             # tiles written by the cluster's workers, the file renamed into place here
             return DiskArray._wrap(Driver(get_budget()).forward(Store(path), [src]))
         f = PagedFile.create(self.shape, self.dtype, src.page_shape, path=path)
-        return DiskArray._wrap(_written(f, src.read))  # (src.read(region, out))
+        return DiskArray._wrap(_written(f, src.read))  # (each page row read into the buffer)
 
     def __copy__(self) -> DiskArray:
         """Another `DiskArray` on the same file (a view, as `update_` shows)."""

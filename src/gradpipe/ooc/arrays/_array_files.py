@@ -1,4 +1,5 @@
-"""New array files, written page row by page row (memory bounded by one page row).
+"""New array files, written page row by page row (memory bounded by two page rows:
+the one a source gives, and the buffer they are written from).
 
 The files behind `DiskArray`'s constructors (`DiskArray.full`, `from_numpy`,
 `from_row_blocks`), its copies (`DiskArray.save`) and the arrays the namespace
@@ -11,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -18,7 +20,7 @@ from numpy.typing import DTypeLike
 from ..planning._budget import MemoryBudget, default_page_shape, get_budget
 from ..storage._paged_file import PagedFile, Region
 
-__all__ = ["_is_mapped", "_new_file", "_row_chunks", "_written"]
+__all__ = ["_copy_into", "_is_mapped", "_new_file", "_row_chunks", "_written"]
 
 
 def _is_mapped(array: np.ndarray) -> bool:
@@ -58,6 +60,16 @@ def _row_chunks(f: PagedFile) -> Iterator[Region]:
         yield (slice(start, min(start + step, f.shape[0])), *(slice(0, n) for n in f.shape[1:]))
 
 
+def _copy_into(out: np.ndarray, values: Any) -> None:
+    """Copy ``values`` (an array, or what `np.asarray` takes) into ``out``, as
+    ``PagedFile.write`` would take them: cast unsafely as ``np.asarray(values,
+    dtype)`` does (Python numbers out of the type's range refused, as there), and
+    broadcast to ``out``'s shape by NumPy's rules."""
+    if not isinstance(values, np.ndarray):
+        values = np.asarray(values, out.dtype)
+    np.copyto(out, np.broadcast_to(values, out.shape), casting="unsafe")
+
+
 def _written(f: PagedFile, fill: Callable[[Region, np.ndarray], np.ndarray | None]) -> PagedFile:
     """``f`` with each region of `_row_chunks` written, committed (discarded if
     writing fails). ``fill(region, buffer)`` fills ``buffer`` (C-contiguous, the
@@ -77,7 +89,7 @@ def _written(f: PagedFile, fill: Callable[[Region, np.ndarray], np.ndarray | Non
     the page cache faults part-way, and the kernel caches the file in small pages
     (0.1 s a GiB to map it, against 0.008 s).
     """
-    staging: np.ndarray | None = None
+    staging: np.ndarray | None = None  # (one page row: with ``fill``'s own, two at once)
     try:
         for r in _row_chunks(f):
             shape = tuple(s.stop - s.start for s in r)
@@ -87,9 +99,11 @@ def _written(f: PagedFile, fill: Callable[[Region, np.ndarray], np.ndarray | Non
             given = fill(r, buffer)
             if given is not None and given is not buffer:
                 given = np.asarray(given)
-                if not given.flags.c_contiguous or given.dtype != f.dtype:
-                    np.copyto(buffer, given, casting="unsafe")  # (a copy made here)
+                if given.dtype != f.dtype and given.flags.c_contiguous:
+                    _copy_into(buffer, given)  # (converted into the buffer, not a new array)
                     given = buffer
+            # (a strided array is written as it is: `write` copies it a bounded slab at
+            # a time, where a page row of a wide array may be larger than memory)
             f.write(r, buffer if given is None else given)
     except BaseException:
         f.discard()

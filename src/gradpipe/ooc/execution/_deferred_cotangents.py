@@ -93,8 +93,7 @@ class DeferredCotangent(PendingResult):
         self.shares, self._computed, self._driver = (), None, None
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
-        f = self.resolve()  # any computed file: a constant takes no ``out``
-        return f.read(region) if out is None else f.read(region, out)
+        return self.resolve().read(region, out)  # any computed file, or a constant
 
     def complete(self) -> bool:
         """Whether this is the whole cotangent of its target: in each loss's graph,

@@ -70,8 +70,7 @@ def region_pieces(
         at, _, lengths = runs
         shortest = int(lengths.min()) if shortest is None else min(shortest, int(lengths.min()))
         # runs that follow each other on disk are read by one call (`_batches`)
-        apart = int(np.count_nonzero(at[:-1] + lengths[:-1] != at[1:]))
-        calls += apart + 1 + at.size // _IOV_MAX
+        calls += _gaps(at, lengths).size + 1 + at.size // _IOV_MAX
     if shortest is not None and shortest < MIN_PIECE_BYTES and calls > _MANY_CALLS:
         # many calls for short pieces: whole pages cost fewer, unless the region is a
         # small part of them (two months of a climatology's page, say)
@@ -86,21 +85,26 @@ def _runs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A page's pieces of ``length`` bytes merged into runs that follow each other
     both on disk and in the array (a page of whole rows is one run): each run's
-    file offset, array offset and length. One buffer a run: where gradpipe wrote a
-    page of whole rows as a call of 1024 one-row buffers, a sandboxed TPU host
-    (gVisor) kept the file's memory in pieces that cost 5-10x more to drop from a
-    map later (`tools/device_drops.py`)."""
+    file offset, array offset and length. One buffer a run: a page of whole rows
+    moves as one buffer, not 1024 of one row a call (what the kernel caches does
+    not depend on it: `tools/device_drops.py --writes`; `arrays/_array_files._written`
+    says what does)."""
     apart = (np.diff(file_offsets) != length) | (np.diff(array_offsets) != length)
     first = np.concatenate([[0], np.flatnonzero(apart) + 1])
     counts = np.diff(np.append(first, file_offsets.size))
     return file_offsets[first], array_offsets[first], counts * length
 
 
+def _gaps(file_offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of the runs that do not start where the run before them ends on
+    disk."""
+    return np.flatnonzero(file_offsets[:-1] + lengths[:-1] != file_offsets[1:]) + 1
+
+
 def _batches(file_offsets: np.ndarray, lengths: np.ndarray) -> Iterator[tuple[int, int]]:
     """``(start, stop)`` index ranges of runs that follow each other on disk, at
     most `_IOV_MAX` long."""
-    breaks = np.flatnonzero(file_offsets[:-1] + lengths[:-1] != file_offsets[1:]) + 1
-    bounds = [0, *breaks.tolist(), file_offsets.size]
+    bounds = [0, *_gaps(file_offsets, lengths).tolist(), file_offsets.size]
     for lo, hi in itertools.pairwise(bounds):
         for start in range(lo, hi, _IOV_MAX):
             yield start, min(start + _IOV_MAX, hi)
