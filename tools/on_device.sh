@@ -40,7 +40,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   eval timeout -s INT -k 30 "${TEST_TIMEOUT:-540}" make --no-print-directory test-device \
     DEVICE_PY=python3 "${MAKE_ARGS:-}" 2>&1 | tee "$OUT/test-device.log" \
     | grep -E "FAILED|ERROR|passed|failed" | tail -60
-  if [ "${PIPESTATUS[0]}" = 124 ] || grep -q "KeyboardInterrupt" "$OUT/test-device.log"; then
+  if [ "${PIPESTATUS[0]}" = 124 ] || grep -qE "^!+ KeyboardInterrupt !+$" "$OUT/test-device.log"; then
     (export PYTEST_ADDOPTS=--collect-only
      eval make --no-print-directory test-device DEVICE_PY=python3 "${MAKE_ARGS:-}" DEVICE_PAGES=) \
       2>/dev/null | grep "^tests/.*::" > "$OUT/shard.txt"
