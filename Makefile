@@ -50,7 +50,7 @@ DEVICE_NO_SOCKETS ?= --ignore=tests/ooc/test_object_store.py --ignore=tests/ooc/
   --deselect=tests/ooc/xarray/test_xr_open.py::test_zarr_on_s3_is_read_in_place
 DEVICE_PAGES ?= docs/guides/out-of-core.md docs/guides/xarray.md
 # DEVICE_SHARD=k/n runs every n-th test from the k-th (a lent machine's call may be
-# shorter than the suite: about 31 minutes on a TPU v5e host; `tools/on_device.sh`
+# shorter than the suite: about 29 minutes on a TPU v5e host; `tools/on_device.sh`
 # names the tests a call did not reach in not-run.txt, for DEVICE_TESTS=@not-run.txt
 # in the next); DEVICE_PAGES= (empty) leaves the guides' journeys out
 DEVICE_SHARD ?=
