@@ -224,7 +224,8 @@ def test_supported_transformations_of_a_disk_array_argument_match_jax_numpy(jit)
 # in the modes where it is reached (eagerly jnp.array and jnp.zeros_like make an
 # in-memory array from a concrete DiskArray, as from a NumPy one)
 def _constrained(x):
-    return jax.lax.with_sharding_constraint(x, jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+    one_device = jax.sharding.make_single_device_sharding(jax.devices()[0])
+    return jax.lax.with_sharding_constraint(x, one_device)
 
 
 JAX_FUNCTIONS = {
