@@ -65,7 +65,12 @@ def _order(items) -> None:
 
 def pytest_runtest_logreport(report) -> None:
     """Collect the snippet tallies on the process that writes the summary (under
-    pytest-xdist the tests run in workers; their reports come here)."""
+    pytest-xdist the tests run in workers; their reports come here). On an
+    accelerator (``GRADPIPE_TEST_DEVICE``), a failure's traceback is written as it
+    happens: a lent machine's call may be cut before pytest's summary."""
+    if report.failed and os.environ.get("GRADPIPE_TEST_DEVICE"):
+        sys.stderr.write(f"\n--- {report.nodeid} failed ({report.when}):\n")
+        sys.stderr.write(f"{report.longreprtext}\n---\n")
     if report.when != "teardown":
         return
     for name, value in report.user_properties:

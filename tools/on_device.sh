@@ -5,14 +5,14 @@
 # their logs and results under $OUT. Arguments: the sizes of X in GiB to benchmark.
 # BENCH=0 or TESTS=0 leaves either out; PYTEST_ADDOPTS reaches the tests' pytest (by
 # default each test's outcome on its own line: a run stopped at its time limit still
-# names the tests that failed before).
+# names the tests that failed before; a test over two minutes dumps its threads).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps --no-compile \
   --no-cache-dir --upgrade --target /tmp/site .whl-tpu/*.whl || exit 1
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}:/tmp/site PYTHONUNBUFFERED=1
-export PYTEST_ADDOPTS=${PYTEST_ADDOPTS:--vv --tb=short -rfE}
+export PYTEST_ADDOPTS=${PYTEST_ADDOPTS:--vv --tb=short -rfE -o faulthandler_timeout=120}
 # gradpipe runs from src/; its entry points (xarray's chunk manager) from metadata
 python3 - <<'PY' || exit 1
 import pathlib, tomllib
@@ -40,7 +40,8 @@ if [ "${TESTS:-1}" = 1 ]; then
   eval timeout -s INT -k 30 "${TEST_TIMEOUT:-540}" make --no-print-directory test-device \
     DEVICE_PY=python3 "${MAKE_ARGS:-}" 2>&1 | tee "$OUT/test-device.log" \
     | grep -E "FAILED|ERROR|passed|failed" | tail -60
-  if [ "${PIPESTATUS[0]}" = 124 ] || grep -qE "^!+ KeyboardInterrupt !+$" "$OUT/test-device.log"; then
+  rc=${PIPESTATUS[0]}  # 124: stopped by SIGINT; 137: killed 30 s later (a test deaf to it)
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ] || grep -qE "^!+ KeyboardInterrupt !+$" "$OUT/test-device.log"; then
     (export PYTEST_ADDOPTS=--collect-only
      eval make --no-print-directory test-device DEVICE_PY=python3 "${MAKE_ARGS:-}" DEVICE_PAGES=) \
       2>/dev/null | grep "^tests/.*::" > "$OUT/shard.txt"
