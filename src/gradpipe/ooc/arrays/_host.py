@@ -76,7 +76,12 @@ def _wrap_out(t: _Type, lo: Any) -> DiskArray | jax.Array:
 
 
 def _is_value(v: object) -> bool:
-    return _is_concrete(v) or (isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer))
+    """A concrete value, computed on the host at once outside a trace: a handle, a
+    JAX array, or a NumPy array or scalar (parameters JAX's eager `grad` was handed
+    as NumPy arrays stay NumPy arrays; staging them would compile a callback each call)."""
+    if isinstance(v, (np.ndarray, np.generic, int, float, complex)):
+        return True
+    return isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer)
 
 
 def _staging() -> bool:

@@ -23,8 +23,7 @@ import numpy as np
 
 from ..planning._budget import MemoryBudget
 from ..planning._chain import is_chain
-from ..planning._chain_graph import leaves
-from ..planning._resident import is_resident
+from ..planning._chain_graph import resident_leaves
 from ..storage._paged_file import Region
 from ._resident_product import MAX_ROW_SHARE
 
@@ -87,7 +86,7 @@ def as_block_map(op: Any, inputs: Sequence[Any], budget: MemoryBudget) -> RowRed
     if "row_kind" not in type(op).__dict__ or len(inputs) != 1:
         return None
     (x,) = inputs
-    if not is_chain(x) or not any(is_resident(f) for f in leaves(x)):
+    if not is_chain(x) or not resident_leaves(x):
         return None
     shape = tuple(x.shape)
     if len(op.axes) == len(shape):  # a full reduction: a loss, computed by its own pass

@@ -32,6 +32,7 @@ __all__ = [
     "is_chain_file",
     "leaves",
     "note_stored",
+    "resident_leaves",
 ]
 
 # chains stored so far: what is kept about a graph older than the last store is
@@ -49,11 +50,13 @@ def note_stored() -> None:
     with _memo_lock:
         _stored_count[0] += 1
         _leaves_memo.clear()
+        _resident_memo.clear()
 
 
 # each chain's leaves since the last store (`leaves`): let go of at every store, so
 # that a stored chain's old leaves are not kept alive through the chains above it
 _leaves_memo: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+_resident_memo: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 _memo_lock = threading.Lock()
 
 
@@ -180,6 +183,44 @@ def leaves(f: Any) -> list[Any]:
     with _memo_lock:
         if count == _stored_count[0]:  # (no store meanwhile: the walk saw this graph)
             _leaves_memo[f] = tuple(out)
+    return out
+
+
+def resident_leaves(f: Any) -> tuple[Any, ...]:
+    """The in-memory operands behind ``f``, each once, in no set order: what a pass
+    over ``f`` holds in memory beside its tiles. Kept for each chain as its leaves
+    are (`leaves`) and found from those kept for the chains it reads: a step of
+    many operations, each sizing its budget by its inputs', walks each part of its
+    graph once rather than once an operation."""
+    if not computed_on_read(f):
+        return tuple(g for g in _leaves(f) if getattr(g, "resident", False))
+    got = _resident_memo.get(f)
+    if got is not None:
+        return got
+    count = _stored_count[0]
+    found: dict[int, Any] = {}
+    stack, seen = [*f.node.sources] if f.node is not None else [], set()
+    while stack:
+        g = stack.pop()
+        if isinstance(g, (np.ndarray, Unread)) or id(g) in seen:
+            continue
+        seen.add(id(g))
+        if computed_on_read(g):
+            kept = _resident_memo.get(g)
+            if kept is not None:
+                found.update((id(r), r) for r in kept)
+            elif g.node is not None:
+                stack.extend(g.node.sources)
+            continue
+        leaf = g.stored if is_chain_file(g) else g
+        if isinstance(leaf, PickedRows):
+            stack.append(leaf.source)  # read through, as `leaves` does
+        elif getattr(leaf, "resident", False):
+            found[id(leaf)] = leaf
+    out = tuple(found.values())
+    with _memo_lock:
+        if count == _stored_count[0]:  # (no store meanwhile: the walk saw this graph)
+            _resident_memo[f] = out
     return out
 
 

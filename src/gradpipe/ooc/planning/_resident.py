@@ -195,9 +195,9 @@ def tile_budget(
     resident operands among ``values`` and the chains they are (with the gradients
     of the floating ones in a backward pass), and ``out`` bytes of output held in
     memory (`InMemoryResult`)."""
-    from ._chain_graph import leaves
+    from ._chain_graph import resident_leaves
 
-    found = {id(f): f for v in values for f in leaves(v) if is_resident(f)}
+    found = {id(f): f for v in values for f in resident_leaves(v)}
     held = out + sum(f.nbytes * (1 + _has_gradient(f, backward)) for f in found.values())
     if not held:
         return budget
