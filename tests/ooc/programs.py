@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from gradpipe import ooc
 from gradpipe.ooc.arrays._hijax import type_of
+from gradpipe.ooc.planning._resident import RESIDENT_SHARE
 
 BUDGETS = (4096, 8192, 16384, 65536)
 FLOATS = ("float32", "float64")
@@ -65,6 +66,9 @@ class Program:
     jit_values: bool
     jit_grad: bool
     dtypes: tuple[str, ...] = ()  # of every value, inputs first
+    #: the in-memory inputs handed over as NumPy arrays rather than JAX arrays (what
+    #: JAX's eager grad passes on to each operation as NumPy values)
+    numpy_params: bool = False
 
     @property
     def precision(self) -> str:
@@ -90,7 +94,8 @@ class Program:
     def __str__(self) -> str:
         lines = [f"budget {self.budget} B, values jit={self.jit_values}, grad jit={self.jit_grad}"]
         lines += [
-            f"v{i} = input {x.shape} {x.dtype}" + (" (JAX, in memory)" if x.resident else "")
+            f"v{i} = input {x.shape} {x.dtype}"
+            + (f" ({'NumPy' if self.numpy_params else 'JAX'}, in memory)" if x.resident else "")
             for i, x in enumerate(self.inputs)
         ]
         k = len(self.inputs)
@@ -786,13 +791,21 @@ def programs(draw, max_steps: int = 8) -> Program:
             continue
         steps.append(step)
         env.append(out)
+    budget = draw(st.sampled_from(BUDGETS))
+    # in-memory inputs above their share of the budget (with their gradients) are
+    # refused by design (`test_jax_parameters.py` checks it): such a program's are
+    # on disk instead
+    held = sum(2 * math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in inputs if x.resident)
+    if held > RESIDENT_SHARE * budget:
+        inputs = [dataclasses.replace(x, resident=False) for x in inputs]
     return Program(
         tuple(inputs),
         tuple(steps),
-        budget=draw(st.sampled_from(BUDGETS)),
+        budget=budget,
         jit_values=draw(st.booleans()),
         jit_grad=draw(st.booleans()),
         dtypes=tuple(v.dtype.name for v in env),
+        numpy_params=any(x.resident for x in inputs) and draw(st.booleans()),
     )
 
 
@@ -853,6 +866,7 @@ def check(program: Program, seed: int = 0) -> None:
         names=[f"v{i}" for i in program.outputs],
         seed=seed,
         resident=[x.resident for x in program.inputs],
+        numpy_params=program.numpy_params,
     )
 
 
@@ -867,12 +881,14 @@ def compare(
     names: Sequence[str] | None = None,
     seed: int = 0,
     resident: Sequence[bool] = (),
+    numpy_params: bool = False,
 ) -> None:
     """``run(xp, *arrays)`` (a list of outputs) with ``xp = gradpipe.ooc`` on
     DiskArrays under `budget` against ``xp = jax.numpy`` in memory, x64 on: the
     outputs' values and dtypes, then the value and gradient of a weighted sum of the
     float outputs with respect to every float input. Arrays marked ``resident``
-    are passed as JAX arrays (parameters held in memory), not DiskArrays."""
+    are passed as JAX arrays (parameters held in memory), not DiskArrays; as the
+    NumPy arrays themselves where ``numpy_params``."""
     rng = np.random.default_rng(seed)
     floats = tuple(i for i, a in enumerate(arrays) if a.dtype.kind == "f")
     with jax.enable_x64(True):
@@ -891,9 +907,8 @@ def compare(
         want_grad = jax.value_and_grad(reference, argnums=floats)(*arrays) if floats else None
         with ooc.MemoryBudget(budget):
             held = list(resident) + [False] * (len(arrays) - len(resident))
-            disk = [
-                jnp.asarray(a) if r else ooc.DiskArray.from_numpy(a) for a, r in zip(arrays, held)
-            ]
+            param = (lambda a: a) if numpy_params else jnp.asarray
+            disk = [param(a) if r else ooc.DiskArray.from_numpy(a) for a, r in zip(arrays, held)]
             values = lambda *xs: run(ooc, *xs)
             got = (jax.jit(values) if jit_values else values)(*disk)
             for name, g, w in zip(names, got, want):

@@ -89,6 +89,24 @@ def test_numpy_parameters_are_computed_at_once_outside_a_trace(x64, monkeypatch)
     _close(got, want)
 
 
+def test_numpy_parameters_changed_in_place_after_vjp_are_not_seen():
+    """``jax.vjp`` of a function of NumPy parameters returns a DiskArray computed on
+    read and a backward function: changing the parameters in place afterwards (an
+    optimizer's ``w -= lr * g``) changes neither, as with JAX's own arrays."""
+    X, _ = _data()
+    ct = np.random.default_rng(3).standard_normal(N).astype(np.float32)
+    w = np.linspace(-1.0, 1.0, K).astype(np.float32)
+    want, want_vjp = jax.vjp(lambda w: jnp.tanh(X @ w), jnp.asarray(w))
+    (want_grad,) = want_vjp(jnp.asarray(ct))
+    with ooc.MemoryBudget(BUDGET):
+        Xd, ctd = ooc.DiskArray.from_numpy(X), ooc.DiskArray.from_numpy(ct)
+        value, vjp = jax.vjp(lambda w: ooc.tanh(Xd @ w), w)
+        w *= 3.0
+        (grad,) = vjp(ctd)
+        np.testing.assert_allclose(value.to_numpy(), np.asarray(want), rtol=2e-5, atol=1e-6)
+    _close(grad, want_grad)
+
+
 def test_parameter_gradients_write_nothing_to_disk():
     """The gradient of a few-KiB parameter over disk data is summed in memory: the
     pass writes only the product ``X @ w`` (N values), never a gradient file, and

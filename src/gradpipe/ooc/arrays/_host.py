@@ -170,7 +170,9 @@ def run_on_host(
 
     outs: Sequence[Any]
     if not staged:
-        outs = on_host(*[np.asarray(v) for v in lo])
+        # a NumPy array is copied (as JAX copies one it stages): the chains made
+        # here may be read after the caller changed it in place
+        outs = on_host(*[np.array(v) if isinstance(v, np.ndarray) else np.asarray(v) for v in lo])
     else:
 
         def on_host_as_words(*vals: Any) -> tuple[np.ndarray | np.int32, ...]:
