@@ -72,7 +72,7 @@ def test_numpy_parameters_are_computed_at_once_outside_a_trace(x64, monkeypatch)
     """Parameters handed to an eager ``jax.value_and_grad`` as NumPy arrays (initial
     weights drawn with NumPy, read from a file) give what JAX arrays give, and each
     operation runs at once on its values: none is staged into a callback program
-    compiled anew at every call (which made such a step 7x slower on the CPU, 24x
+    compiled anew at every call (which made such a step 7x slower on the CPU, 23x
     on a TPU)."""
     from gradpipe.ooc.arrays import _host
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -192,55 +192,47 @@ def resident_leaves(f: Any) -> tuple[Any, ...]:
     are (`leaves`) and found from those kept for the chains it reads: a step of
     many operations, each sizing its budget by its inputs', walks each part of its
     graph once rather than once an operation."""
-    if not computed_on_read(f):
-        return tuple(g for g in _leaves(f) if getattr(g, "resident", False))
-    got = _resident_memo.get(f)
+    got = _resident_memo.get(f) if computed_on_read(f) else None
     if got is not None:
         return got
     count = _stored_count[0]
-    found: dict[int, Any] = {}
-    stack, seen = [*f.node.sources] if f.node is not None else [], set()
-    while stack:
-        g = stack.pop()
-        if isinstance(g, (np.ndarray, Unread)) or id(g) in seen:
-            continue
-        seen.add(id(g))
-        if computed_on_read(g):
-            kept = _resident_memo.get(g)
-            if kept is not None:
-                found.update((id(r), r) for r in kept)
-            elif g.node is not None:
-                stack.extend(g.node.sources)
-            continue
-        leaf = g.stored if is_chain_file(g) else g
-        if isinstance(leaf, PickedRows):
-            stack.append(leaf.source)  # read through, as `leaves` does
-        elif getattr(leaf, "resident", False):
-            found[id(leaf)] = leaf
+    found = {id(g): g for g in _walk(f, _resident_memo) if getattr(g, "resident", False)}
     out = tuple(found.values())
-    with _memo_lock:
-        if count == _stored_count[0]:  # (no store meanwhile: the walk saw this graph)
-            _resident_memo[f] = out
+    if computed_on_read(f):
+        with _memo_lock:
+            if count == _stored_count[0]:  # (no store meanwhile: the walk saw this graph)
+                _resident_memo[f] = out
     return out
 
 
 def _leaves(f: Any) -> list[Any]:
-    out, stack, seen = [], [f], set()
+    return list(_walk(f))
+
+
+def _walk(
+    f: Any, kept: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] | None = None
+) -> Iterator[Any]:
+    """The arrays behind ``f`` in the order a depth-first walk meets them, each path
+    once; a chain read through that has an entry in ``kept`` gives that entry's
+    instead of its own walk."""
+    stack, seen = [f], set()
     while stack:
         g = stack.pop()
         if isinstance(g, (np.ndarray, Unread)) or id(g) in seen:
             continue
         seen.add(id(g))
         if computed_on_read(g):
-            if g.node is not None:
+            got = kept.get(g) if kept is not None else None
+            if got is not None:
+                yield from got
+            elif g.node is not None:
                 stack.extend(g.node.sources)
             continue
         leaf = g.stored if is_chain_file(g) else g
         if isinstance(leaf, PickedRows):
             stack.append(leaf.source)  # read through: its source is what is read
         else:
-            out.append(leaf)
-    return out
+            yield leaf
 
 
 def _formula(g: Any, name_leaf: Callable[[Any], str]) -> str:
