@@ -69,6 +69,10 @@ class Program:
     #: the in-memory inputs handed over as NumPy arrays rather than JAX arrays (what
     #: JAX's eager grad passes on to each operation as NumPy values)
     numpy_params: bool = False
+    #: the device the passes compute on (`MemoryBudget(device=...)`): None, the
+    #: default (the host here); "cpu", JAX's CPU device (a loss's pass then runs
+    #: as on an accelerator: each piece sent there, its program compiled there)
+    device: str | None = None
 
     @property
     def precision(self) -> str:
@@ -93,6 +97,8 @@ class Program:
 
     def __str__(self) -> str:
         lines = [f"budget {self.budget} B, values jit={self.jit_values}, grad jit={self.jit_grad}"]
+        if self.device is not None:
+            lines[0] += f", device {self.device!r}"
         lines += [
             f"v{i} = input {x.shape} {x.dtype}"
             + (f" ({'NumPy' if self.numpy_params else 'JAX'}, in memory)" if x.resident else "")
@@ -806,6 +812,7 @@ def programs(draw, max_steps: int = 8) -> Program:
         jit_grad=draw(st.booleans()),
         dtypes=tuple(v.dtype.name for v in env),
         numpy_params=any(x.resident for x in inputs) and draw(st.booleans()),
+        device=draw(st.sampled_from([None, "cpu"])),
     )
 
 
@@ -867,6 +874,7 @@ def check(program: Program, seed: int = 0) -> None:
         seed=seed,
         resident=[x.resident for x in program.inputs],
         numpy_params=program.numpy_params,
+        device=program.device,
     )
 
 
@@ -882,13 +890,15 @@ def compare(
     seed: int = 0,
     resident: Sequence[bool] = (),
     numpy_params: bool = False,
+    device: str | None = None,
 ) -> None:
     """``run(xp, *arrays)`` (a list of outputs) with ``xp = gradpipe.ooc`` on
     DiskArrays under `budget` against ``xp = jax.numpy`` in memory, x64 on: the
     outputs' values and dtypes, then the value and gradient of a weighted sum of the
     float outputs with respect to every float input. Arrays marked ``resident``
     are passed as JAX arrays (parameters held in memory), not DiskArrays; as the
-    NumPy arrays themselves where ``numpy_params``."""
+    NumPy arrays themselves where ``numpy_params``. ``device``: the budget's
+    (`MemoryBudget(device=...)`)."""
     rng = np.random.default_rng(seed)
     floats = tuple(i for i, a in enumerate(arrays) if a.dtype.kind == "f")
     with jax.enable_x64(True):
@@ -905,7 +915,7 @@ def compare(
             return _loss(jnp, run, weights, xs)
 
         want_grad = jax.value_and_grad(reference, argnums=floats)(*arrays) if floats else None
-        with ooc.MemoryBudget(budget):
+        with ooc.MemoryBudget(budget, device=device):
             held = list(resident) + [False] * (len(arrays) - len(resident))
             param = (lambda a: a) if numpy_params else jnp.asarray
             disk = [param(a) if r else ooc.DiskArray.from_numpy(a) for a, r in zip(arrays, held)]

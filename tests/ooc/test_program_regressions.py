@@ -95,3 +95,21 @@ def test_a_cotangent_that_is_zero_whatever_the_output_is_not_computed(jit):
         jit_values=jit[0],
         jit_grad=jit[1],
     )
+
+
+@pytest.mark.parametrize("jit", MODES, ids=MODE_IDS)
+def test_a_nan_cotangent_of_a_max_reaches_every_element(jit):
+    # the std of a 0-d max has a NaN derivative; JAX's max multiplies the cotangent by
+    # the tie mask, so every element's gradient is NaN (NaN * 0), where gradpipe's
+    # picked the maximum's element and gave the others a zero, hiding the NaN
+    def program(xp, v0):
+        v3 = xp.max(v0, axis=None, keepdims=False)
+        return [v0 + v0, xp.std(v3, axis=None, keepdims=False, correction=0)]
+
+    compare(
+        program,
+        [_normal(2, dtype="float32")],
+        budget=4096,
+        jit_values=jit[0],
+        jit_grad=jit[1],
+    )

@@ -32,6 +32,7 @@ from ..planning._budget import MemoryBudget
 from ..planning._chain import is_chain
 from ..planning._chain_readers import settle
 from ..planning._resident import check_fits, tile_budget
+from . import _kept_residuals as kept_residuals
 from . import _refusals
 from ._hijax import (
     DiskArrayType,
@@ -192,9 +193,22 @@ class OocPrim(_Refusals, PrimBase):
             out = prim(*args)
         else:
             out = self(*args)
+        # stored inputs and output its backward pass reads, kept as they are now
+        self._kept = tuple(kept_residuals.keep(a) for a in (*args, out))
         return out, (args, out)
 
     def vjp_bwd_retval(self, res: Any, g: Any) -> tuple[Any, ...]:
+        kept: tuple[Any, ...] = getattr(self, "_kept", ())
+        if not any(kept):
+            return self._backward(res, g)
+        args, out = res
+        args = tuple(kept_residuals.as_kept(a, k) for a, k in zip(args, kept))
+        out = kept_residuals.as_kept(out, kept[-1])
+        grads = self._backward((args, out), g)
+        kept_residuals.done(kept)
+        return grads
+
+    def _backward(self, res: Any, g: Any) -> tuple[Any, ...]:
         args, out = res
         wants = getattr(self, "_wants", (True,) * len(self.in_avals))
         if isinstance(g, Zero) or not is_differentiable(self.out_aval.dtype):

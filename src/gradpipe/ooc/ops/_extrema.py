@@ -108,9 +108,11 @@ class _TieShare(Spread):
         m, g, c = (self._expand(v, x.ndim) for v in (m, g, c))
         with np.errstate(divide="ignore", invalid="ignore"):
             share = g / c
-        # a NaN extremum equals no element (count 0): its whole group gets NaN, as
-        # in JAX, rather than a zero gradient that would hide the NaN
-        return np.where(x == m, share, np.where(c == 0, np.nan, 0)).astype(x.dtype)
+        # times the tie mask, as JAX's rule: a NaN or infinite cotangent gives NaN to
+        # every element of its group (0 * inf), and so does a NaN extremum, which
+        # equals no element (count 0: g / 0 is never finite), rather than a zero
+        # gradient that would hide the NaN
+        return (share * (x == m)).astype(x.dtype)
 
 
 def _refuse_empty(
