@@ -96,3 +96,17 @@ def test_a_training_loop_that_writes_its_data_after_each_step_copies_nothing():
             X[:10] = float(step)
             written = (ooc.io_stats() - before).bytes_written
             assert written < X.nbytes  # (10 rows, not a copy of X)
+
+
+def test_a_result_written_into_after_the_forward_pass_is_read_as_it_was():
+    """A result computed on read (``tanh(X)``, a chain) written into by a set-item
+    between ``jax.vjp`` and its pullback: the product's gradient reads the
+    result's values from before the write."""
+    A, w = _data(4)
+    with ooc.MemoryBudget(BUDGET):
+        T = ooc.tanh(ooc.DiskArray.from_numpy(A))
+        _, pull = jax.vjp(lambda w: T @ w, w)
+        T[:100] = 5.0
+        ct = np.linspace(-1, 1, N).astype(np.float32)
+        (got,) = pull(ooc.DiskArray.from_numpy(ct))
+    np.testing.assert_allclose(got, np.tanh(A).T @ ct, rtol=1e-4, atol=1e-4)

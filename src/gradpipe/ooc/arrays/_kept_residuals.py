@@ -7,7 +7,7 @@ saved over its name) before the backward pass runs: inside the loss itself, or
 between ``jax.vjp`` and a call of its pullback. The backward pass would then read
 the new values: a gradient of another function, silently.
 
-So an operation JAX differentiates eagerly keeps each stored residual it holds
+So an operation JAX differentiates eagerly keeps each DiskArray residual it holds
 (`keep`) as a reader of its file (`_chain_readers`, as a chain is): a write in
 place first copies the file to a scratch file, and the backward pass reads the
 copy (`as_kept`). Once the backward pass has run (`done`), a write no longer
@@ -21,10 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..execution._store import Store
-from ..planning._chain import is_chain
 from ..planning._chain_readers import Storer, watch
 from ..planning._resident import is_resident
-from ..storage._paged_file import PagedFile
 from ._array import DiskArray, _is_concrete
 
 __all__ = ["KeptResidual", "as_kept", "done", "keep"]
@@ -50,13 +48,13 @@ class KeptResidual:
 
 
 def keep(value: Any) -> KeptResidual | None:
-    """A keeper of ``value`` where it is a concrete `DiskArray` on a stored file that
-    can be written (not a chain, which is a reader itself, nor a parameter)."""
+    """A keeper of ``value`` where it is a concrete `DiskArray` whose file can be
+    written in place: a stored file, or a chain (a result a set-item writes into)."""
     if not isinstance(value, DiskArray) or not _is_concrete(value._handle):
         return None
     f = value._file
-    if is_chain(f) or is_resident(f) or not isinstance(f, PagedFile):
-        return None
+    if is_resident(f) or not callable(getattr(f, "write", None)):
+        return None  # (a parameter, a constant: never written in place)
     return KeptResidual(f)
 
 

@@ -271,6 +271,9 @@ class PagedFile(PageLayout, NamedHandle):
         """The values in ``region`` (a tuple of unit-step slices), in ``out`` when
         given (a C-contiguous array of the region's shape and the file's dtype),
         else in a new array."""
+        # first: a handle whose name was replaced follows it, and the new file's
+        # pages, before any offset is computed
+        fd = self._fd
         region = self.normalize(region)
         shape = tuple(s.stop - s.start for s in region)
         if out is None:
@@ -284,7 +287,7 @@ class PagedFile(PageLayout, NamedHandle):
             return out
         pieces = self._pieces(region)
         if pieces is not None:
-            read_pieces(self._fd, out, pieces, self.path)
+            read_pieces(fd, out, pieces, self.path)
             if self.on_disk:
                 record_read(out.nbytes)
             return out
@@ -293,11 +296,11 @@ class PagedFile(PageLayout, NamedHandle):
         for first, run in self._page_runs(region):
             if run == 1 and self._is_whole_page(region, first):
                 # the common case of a tile equal to a page: read straight into `out`
-                pread_all(self._fd, out.data.cast("B"), self._page_offset(first), self.path)
+                pread_all(fd, out.data.cast("B"), self._page_offset(first), self.path)
                 read += out.nbytes
                 continue
             buf = np.empty((run, *ps), self.dtype)
-            pread_all(self._fd, buf.data.cast("B"), self._page_offset(first), self.path)
+            pread_all(fd, buf.data.cast("B"), self._page_offset(first), self.path)
             self._scatter(region, first, run, buf, out, to_pages=False)
             read += buf.nbytes
         if self.on_disk:
@@ -310,6 +313,9 @@ class PagedFile(PageLayout, NamedHandle):
         file: a region of whole trailing axes in a file paged in whole trailing
         axes (every 1-d region qualifies), or one whole page. Drop its pages with
         `_file_map.release` when done."""
+        # first: following a replaced name drops the map and takes the new file's
+        # pages, which the offsets below depend on
+        fd = self._fd
         region = self.normalize(region)
         if not self.shape or any(s.stop <= s.start for s in region):
             return None
@@ -323,7 +329,6 @@ class PagedFile(PageLayout, NamedHandle):
             if not self._is_whole_page(region, first):
                 return None
             offset = self._page_offset(first)
-        fd = self._fd  # first: following a replaced name drops the map
         if self._map is None:
             try:
                 self._map = FileMap(fd, HEADER_BYTES + math.prod(self.grid) * self.page_bytes)
@@ -338,6 +343,7 @@ class PagedFile(PageLayout, NamedHandle):
         """Write ``data`` into ``region``: row pieces straight from ``data`` where
         they are long enough, else whole pages (partial ones read, merged and
         rewritten)."""
+        fd = self._fd  # first: as `read` (a replaced name followed, its pages too)
         region = self.normalize(region)
         data = np.asarray(data, self.dtype)
         shape = tuple(s.stop - s.start for s in region)
@@ -359,7 +365,7 @@ class PagedFile(PageLayout, NamedHandle):
                 return
         pieces = self._pieces(region)
         if pieces is not None:
-            write_pieces(self._fd, np.ascontiguousarray(data), pieces, self.path)
+            write_pieces(fd, np.ascontiguousarray(data), pieces, self.path)
             if self.on_disk:
                 record_write(data.nbytes)
             return
@@ -368,15 +374,15 @@ class PagedFile(PageLayout, NamedHandle):
             offset = self._page_offset(first)
             if run == 1 and self._is_whole_page(region, first):
                 view = np.ascontiguousarray(data).data.cast("B")
-                pwrite_all(self._fd, view, offset, self.path)
+                pwrite_all(fd, view, offset, self.path)
                 continue
             buf = np.empty((run, *ps), self.dtype)
             if not self._covers(region, first, run):
-                pread_all(self._fd, buf.data.cast("B"), offset, self.path)
+                pread_all(fd, buf.data.cast("B"), offset, self.path)
             else:
                 buf[...] = 0
             self._scatter(region, first, run, buf, data, to_pages=True)
-            pwrite_all(self._fd, buf.data.cast("B"), offset, self.path)
+            pwrite_all(fd, buf.data.cast("B"), offset, self.path)
         if self.on_disk:
             record_write(data.nbytes)
 
