@@ -19,7 +19,7 @@ import pytest
 
 from gradpipe import ooc
 from gradpipe.ooc.execution import _compute_device, _device_sums, _one_pass, _tile_program
-from gradpipe.ooc.planning import _chain_read
+from gradpipe.ooc.planning import _chain_read, _resident
 from gradpipe.ooc.storage._file_map import is_view
 from gradpipe.ooc.storage._paged_file import PagedFile
 
@@ -103,9 +103,9 @@ def test_a_training_step_computes_on_the_device_as_jax_numpy_does_there(name, ji
 @pytest.mark.parametrize("name", ["least squares", "mlp"])
 def test_a_sums_tiles_are_folded_on_the_device_and_come_back_once(name, monkeypatch):
     """A sum's tiles are added up on the device, each tile's share of the loss kept
-    apart: what comes back is one share a tile and each gradient once, and the
-    loss and gradients are those of tiles brought back and folded on the host (the
-    same additions in the same order)."""
+    apart: what comes back is one share a tile (and the gradients of 0-d operands;
+    the parameters' stay there), and the loss and gradients are those of tiles
+    brought back and folded on the host (the same additions in the same order)."""
     A, y, hot = _data(4)
     build = _least_squares if name == "least squares" else _mlp
     second = y if name == "least squares" else hot
@@ -127,7 +127,45 @@ def test_a_sums_tiles_are_folded_on_the_device_and_come_back_once(name, monkeypa
     share = 4  # (float32: the type jax.numpy sums float32 data in on a device)
     differentiated = {"least squares": ("w", "b"), "mlp": ("W1", "b1", "W2", "b2")}[name]
     assert rest == 0 and per_tile - share >= sum(params[k].nbytes for k in differentiated)
-    assert stage.from_device == stage.tiles * share + (per_tile - share)
+    # folded there: the shares come back, and the gradients of 0-d operands; the
+    # parameters' stay on the device, where JAX takes them
+    kept = sum(params[k].nbytes for k in differentiated if params[k].ndim)
+    assert stage.from_device == stage.tiles * share + (per_tile - share) - kept
+    device = jax.devices(TEST_DEVICE)[0]
+    _, grads = folded.result
+    assert all(grads[k].devices() == {device} for k in differentiated)
+
+
+@pytest.mark.parametrize("name", ["least squares", "mlp"])
+def test_an_eager_steps_parameters_never_leave_the_device(name, monkeypatch):
+    """The parameters go to the pass's programs as the JAX arrays they are (none is
+    brought to the host to be sent back), and their gradients come back to JAX
+    where the programs left them: on the device."""
+    A, y, hot = _data(7)
+    build = _least_squares if name == "least squares" else _mlp
+    second = y if name == "least squares" else hot
+    params = {k: v for k, v in _params().items() if v.ndim}  # (a 0-d one is a number)
+    if name == "least squares":
+        params["b"] = jnp.full((1,), 0.1, jnp.float32)
+    want = jax.value_and_grad(build(jnp, jnp.asarray(A), jnp.asarray(second)))(params)
+    brought = []
+    host_values = _resident.ResidentFile.array
+
+    def counting(f):
+        if f.device_array is not None and f._array is None:
+            brought.append(f.shape)
+        return host_values.fget(f)
+
+    monkeypatch.setattr(_resident.ResidentFile, "array", property(counting))
+    device = jax.devices(TEST_DEVICE)[0]
+    with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(second)
+        for _ in range(2):
+            params = jax.device_put(params, device)
+            got = jax.value_and_grad(build(ooc, X, Y))(params)
+    _close(got, want)
+    assert brought == []
+    assert all(g.devices() == {device} for g in jax.tree.leaves(got[1]))
 
 
 def test_tiles_that_read_an_operand_in_part_are_folded_on_the_host(monkeypatch):

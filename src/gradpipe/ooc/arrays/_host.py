@@ -45,12 +45,13 @@ def _lower(x: Any) -> Any:
 def _resolve(t: _Type, v: Any) -> Any:
     if _is_disk(t):
         return _handles.lookup(int(v), t.shape, t.dtype)
-    if t.shape:  # an in-memory (resident) operand
-        return ResidentFile(np.asarray(v, t.dtype))
+    if t.shape:  # an in-memory (resident) operand (a JAX array's kept where it is)
+        keep = isinstance(v, jax.Array) and np.dtype(v.dtype) == t.dtype
+        return ResidentFile(v if keep else np.asarray(v, t.dtype))
     return np.asarray(v, t.dtype)
 
 
-def _export(t: _Type, value: Any) -> np.ndarray | np.int32:
+def _export(t: _Type, value: Any) -> np.ndarray | jax.Array | np.int32:
     if not _is_disk(t):
         if t.shape:  # the gradient of a resident operand
             return to_memory(value, t.shape, t.dtype)
@@ -161,7 +162,7 @@ def run_on_host(
     staged = not all(_is_value(v) for v in lo) or _staging()
     starts = staged and _starts_program()
 
-    def on_host(*vals: Any, _held: tuple[Any, ...] = held) -> tuple[np.ndarray | np.int32, ...]:
+    def on_host(*vals: Any, _held: tuple[Any, ...] = held) -> tuple[Any, ...]:
         if starts:
             _handles.sweep()
         with _handles.callback_running():
@@ -172,17 +173,29 @@ def run_on_host(
     if not staged:
         # a NumPy array is copied (as JAX copies one it stages): the chains made
         # here may be read after the caller changed it in place
-        outs = on_host(*[np.array(v) if isinstance(v, np.ndarray) else np.asarray(v) for v in lo])
+        outs = on_host(*[_held(v) for v in lo])
     else:
 
         def on_host_as_words(*vals: Any) -> tuple[np.ndarray | np.int32, ...]:
             with called_back():
-                return tuple(_to_words(o, t) for o, t in zip(on_host(*vals), out_types))
+                outs = on_host(*vals)
+                return tuple(_to_words(np.asarray(o), t) for o, t in zip(outs, out_types))
 
         specs = tuple(_callback_spec(t) for t in out_types)
         words = io_callback(on_host_as_words, specs, *lo, ordered=True)
         outs = [_from_words(w, t) for w, t in zip(words, out_types)]
     return [_wrap_out(t, o) for t, o in zip(out_types, outs)]
+
+
+def _held(v: Any) -> Any:
+    """An eager operation's in-memory input as its host function gets it: a NumPy
+    array copied, a JAX array (not 0-d) as it is, on its device (`ResidentFile`),
+    any other value as a NumPy one."""
+    if isinstance(v, np.ndarray):
+        return np.array(v)
+    if isinstance(v, jax.Array) and v.ndim:
+        return v
+    return np.asarray(v)
 
 
 # 64-bit values leave a callback as 32-bit words. JAX checks a callback's results

@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from ..planning._chain import is_chain
@@ -112,7 +113,7 @@ class DeferredCotangent(PendingResult):
             g = s.record.grads.get(key)
             if g is None or g.shape != shape:
                 return None
-            part = np.asarray(g * s.scale, g.dtype)
+            part = _scaled(g, s.scale)
             total = part if total is None else total + part
         return total
 
@@ -126,6 +127,14 @@ class DeferredCotangent(PendingResult):
     def written(self, array: Any) -> bool:
         """Whether every loss's pass wrote the gradient of the stored ``array``."""
         return all(s.record.gradient_of(array) is not None for s in self.shares)
+
+
+def _scaled(g: Any, scale: Any) -> Any:
+    """A recorded gradient times its loss's cotangent, in its own type (a JAX array
+    left on its device stays there: no multiplication where the scale is 1)."""
+    if isinstance(g, jax.Array):
+        return g if np.all(scale == 1) else (g * np.asarray(scale)).astype(g.dtype)
+    return np.asarray(g * scale, g.dtype)
 
 
 def backward(
@@ -216,6 +225,8 @@ def _same_operand(a: Any, b: Any) -> bool:
         return True
     if not (is_resident(a) and is_resident(b)):
         return False
+    if a.device_array is not None and a.device_array is b.device_array:
+        return True  # (one JAX array: not brought to the host to be compared)
     x, y = a.read(), b.read()
     return x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y)
 

@@ -58,12 +58,12 @@ class DeviceSums:
             self._groups[key] = (uses, _add()(got[1], list(outs[1:])))
 
     def results(self) -> tuple[list[Any], list[tuple[Any, list[Any]]]]:
-        """The tiles' shares of the loss in the order they came, and each group's
-        uses with its gradients' sums, brought back together."""
+        """The tiles' shares of the loss in the order they came, brought back, and
+        each group's uses with its gradients' sums, left on the device (`Fold`
+        brings back those it cannot keep there)."""
         shares, groups = self._shares, list(self._groups.values())
         self._shares, self._groups = [], {}
-        back_shares, back_grads = jax.device_get((shares, [g for _, g in groups]))
-        return list(back_shares), [(u, list(g)) for (u, _), g in zip(groups, back_grads)]
+        return list(jax.device_get(shares)), [(u, list(g)) for u, g in groups]
 
     def clear(self) -> None:
         """Let go of everything (a pass stopped early)."""

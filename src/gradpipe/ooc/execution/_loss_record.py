@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 
 from ..planning._chain import ChainFile
@@ -42,7 +43,8 @@ class Record:
     ) -> None:
         self.top = weakref.ref(top)
         self.consumers = consumers
-        self.grads: dict[tuple[int, int], np.ndarray] = {}
+        # (a JAX array where a device's pass left it there: `Fold.add_summed`)
+        self.grads: dict[tuple[int, int], np.ndarray | jax.Array] = {}
         self._chains = {id(c): weakref.ref(c) for c in chains}
         # stored arrays differentiated: the file their gradient is written to
         self._data: dict[int, tuple[Any, Any]] = {}
@@ -104,15 +106,19 @@ class Fold:
         self,
         shares: list[Any],
         groups: list[tuple[list[tuple[ChainFile, int, Region | None]], list[Any]]],
-    ) -> None:
+    ) -> int:
         """A sum's tiles folded on their device (`_device_sums`): their shares of the
         loss added here in the order they came, as `add` adds them, and each
-        group's gradients' sums once."""
+        group's gradients' sums once, each left on the device where it is an
+        operand's whole gradient (JAX takes it there). Returns the bytes of the
+        gradients brought back."""
         for share in shares:
             self.value = self.value + np.asarray(share, self.value.dtype)
+        back = 0
         for uses, grads in groups:
             for (c, pos, r), grad in zip(uses, grads):
-                _add(self.record, c, pos, r, grad)
+                back += _add(self.record, c, pos, r, grad)
+        return back
 
     def _beats(self, a: Any, b: Any) -> bool:
         return bool(a > b) if self.kind == "max" else bool(a < b)
@@ -128,16 +134,34 @@ class Fold:
         return self.value
 
 
-def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: np.ndarray) -> None:
+def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: Any) -> int:
+    """Add ``grad`` to the gradient recorded for that use; returns the bytes it
+    brought back from a device (a device's whole gradient of an operand, the first
+    for it, is kept there)."""
     src = c.node.sources[pos]  # type: ignore[union-attr]
     key = (id(c), pos)
     acc = record.grads.get(key)
+    back = 0
+    if isinstance(grad, jax.Array):
+        whole = region is None or all(
+            s.start == 0 and s.stop == n for s, n in zip(region, src.shape)
+        )
+        same = grad.shape == src.shape and np.dtype(grad.dtype) == src.dtype
+        if acc is None and src.shape and whole and same:
+            record.grads[key] = grad
+            return 0
+        back += grad.nbytes
+        grad = np.asarray(grad)
+    if isinstance(acc, jax.Array):  # (a second gradient for it: added on the host)
+        back += acc.nbytes
+        acc = record.grads[key] = np.array(acc)
     if acc is None:
         acc = record.grads[key] = np.zeros(src.shape, src.dtype)
     if region is None or not src.shape:
         acc += np.asarray(grad, src.dtype).reshape(acc.shape)
     else:
         acc[region] += np.asarray(grad, src.dtype)
+    return back
 
 
 def take_record(token: int) -> Record | None:

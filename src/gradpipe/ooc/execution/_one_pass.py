@@ -338,7 +338,7 @@ def _pass(
                     pieces = list(pieces_of(region, piece_limit(region, limit, in_flight)))
                     queue = max(queue, (ahead + 1) * len(pieces) - 1)
                     for piece in pieces:
-                        tile = Tile(top, piece, ev, graph.data)
+                        tile = Tile(top, piece, ev, graph.data, device)
                         if tile.irregular:
                             return _IRREGULAR
                         args = [*tile.args, seed] if kind == "sum" else tile.args

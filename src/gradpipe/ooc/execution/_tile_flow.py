@@ -142,10 +142,9 @@ class Flow:
         if self.sums is None:
             return
         shares, groups = self.sums.results()
+        back = self.fold.add_summed(shares, groups)
         if self.where is not None:
-            back = [*shares, *(g for _, grads in groups for g in grads)]
-            self.where.from_device += sum(np.asarray(o).nbytes for o in back)
-        self.fold.add_summed(shares, groups)
+            self.where.from_device += sum(np.asarray(o).nbytes for o in shares) + back
 
     def abandon(self) -> None:
         """Stopped early: wait for the queued programs (they read the tiles' views)."""

@@ -221,7 +221,12 @@ class Tile:
     """One tile's arguments and steps, gathered from the graph over its region."""
 
     def __init__(
-        self, top: ChainFile, region: Region, ev: Evaluation, data: dict[int, Any] | None = None
+        self,
+        top: ChainFile,
+        region: Region,
+        ev: Evaluation,
+        data: dict[int, Any] | None = None,
+        device: Any = None,
     ) -> None:
         self.args: list[Any] = []
         #: per argument, what names an in-memory operand's block for the whole pass
@@ -240,6 +245,7 @@ class Tile:
         self._data_args: list[int] = []
         self._wanted = data or {}
         self.irregular = False  # one of them is read over another region
+        self._device = device  # the pass's device (None: the host)
         self._walk(top, region)
 
     def _walk(self, c: ChainFile, region: Region) -> tuple[str, int]:
@@ -258,13 +264,22 @@ class Tile:
                 self.wrt.append(len(self.args))
                 self.uses.append((c, pos, r))
                 self.keys.append((id(s), region_key(r)))
-                self.args.append(s if isinstance(s, np.ndarray) else s.read(r))
+                self.args.append(self._operand(s, r))
             else:
                 refs.append(("a", self._leaf(s, r)))
         shape = tuple(s.stop - s.start for s in region)
         self.steps.append((_step_fn(node.jax), c.dtype.str, tuple(refs), shape))
         self.step_keys[key] = len(self.steps) - 1
         return ("s", len(self.steps) - 1)
+
+    def _operand(self, s: Any, r: Region | None) -> Any:
+        """An in-memory operand's block: on the pass's device, a JAX array there read
+        whole is taken as it is (not brought to the host to be sent back)."""
+        if isinstance(s, np.ndarray):
+            return s
+        whole = r is None or all(a.start == 0 and a.stop == n for a, n in zip(r, s.shape))
+        there = s.on_device(self._device) if whole and self._device is not None else None
+        return there if there is not None else s.read(r)
 
     def _leaf(self, s: Any, r: Region | None) -> int:
         key = (id(s), region_key(r))
@@ -302,7 +317,7 @@ class Tile:
         ``args`` (`run`'s ``seed``). On a device (not ``host``) its types are
         64-bit only where its arguments', steps' or ``acc`` are."""
         seed = (((), acc.str),) if kind == "sum" else ()
-        args = (*((tuple(np.shape(a)), np.asarray(a).dtype.str) for a in self.args), *seed)
+        args = (*((tuple(np.shape(a)), _dtype(a).str) for a in self.args), *seed)
         return Program(
             args,
             tuple(self.steps),
@@ -312,6 +327,11 @@ class Tile:
             host or bool(wide([acc, *(d for _, d in args), *(st[1] for st in self.steps)])),
             jax.config.jax_default_matmul_precision,  # type: ignore[attr-defined]
         )
+
+
+def _dtype(a: Any) -> np.dtype:
+    """An argument's dtype (a block sent ahead is on its device: not brought back)."""
+    return np.dtype(a.dtype) if isinstance(a, (np.ndarray, jax.Array)) else np.asarray(a).dtype
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,19 +62,36 @@ class ResidentFile:
     on_disk = False
     resident = True
 
-    def __init__(self, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array)
-        if array.flags.writeable:
-            array = array.view()
-            array.flags.writeable = False
-        self.array = array
+    def __init__(self, array: np.ndarray | jax.Array) -> None:
+        #: the JAX array it was made from, where it was one: a pass on its device
+        #: takes it as it is (`on_device`), and the host reads it only if it must
+        self.device_array = array if isinstance(array, jax.Array) else None
+        self._array = None if isinstance(array, jax.Array) else _read_only(array)
         self.shape = tuple(array.shape)
-        self.dtype = array.dtype
+        self.dtype = np.dtype(array.dtype)
         self.page_shape = self.shape
 
     @property
+    def array(self) -> np.ndarray:
+        """Its values on the host (a JAX array's brought from its device once)."""
+        if self._array is None:
+            self._array = _read_only(np.asarray(self.device_array))
+        return self._array
+
+    def on_device(self, device: Any) -> jax.Array | None:
+        """The JAX array it was made from, where that is on ``device``, else None."""
+        a = self.device_array
+        return a if a is not None and a.devices() == {device} else None
+
+    def buffer_key(self) -> tuple[int, tuple[int, ...], str]:
+        """What names its values for as long as it lives: its buffer's address."""
+        a = self.device_array
+        where = a.unsafe_buffer_pointer() if a is not None else _address(self.array)
+        return (where, self.shape, self.dtype.str)
+
+    @property
     def nbytes(self) -> int:
-        return int(self.array.nbytes)
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def read(self, region: Region | None = None, out: np.ndarray | None = None) -> np.ndarray:
         block = self.array if region is None else self.array[tuple(region)]
@@ -85,6 +102,18 @@ class ResidentFile:
 
     def __repr__(self) -> str:
         return f"ResidentFile({self.dtype.name}{list(self.shape)})"
+
+
+def _read_only(array: Any) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
 
 
 class InMemoryResult:
@@ -206,11 +235,14 @@ def tile_budget(
     )
 
 
-def to_memory(value: Any, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:
+def to_memory(value: Any, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray | jax.Array:
     """A host result that JAX holds in memory (the gradient of a resident operand):
     an array file (a `CustomOp`'s gradient, a chain) is read whole."""
     if value is None:
         return np.zeros(shape, dtype)
+    same = isinstance(value, jax.Array) and np.dtype(value.dtype) == np.dtype(dtype)
+    if same and value.shape == tuple(shape):
+        return value  # (left on its device: JAX takes it there)
     if not isinstance(value, np.ndarray):
         value = value.read(tuple(slice(0, n) for n in shape))
     value = np.asarray(value, dtype)

@@ -120,9 +120,7 @@ def name_of(f: Any, rec: _Recorder) -> str:
     """A short stable name for an array within one recording: ``x0``, ``x1``... for
     stored ones, ``m0``, ``m1``... for in-memory (resident) operands."""
     # a resident operand is read anew by each pass: named by its buffer, shape and dtype
-    key: int | tuple[int, tuple[int, ...], str] = (
-        (f.array.__array_interface__["data"][0], f.shape, f.dtype.str) if is_resident(f) else id(f)
-    )
+    key: int | tuple[int, tuple[int, ...], str] = f.buffer_key() if is_resident(f) else id(f)
     if key not in rec.names:
         if is_resident(f):
             rec.names[key] = f"m{next(rec.memory_counter)}"
