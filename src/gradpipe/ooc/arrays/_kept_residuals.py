@@ -29,7 +29,7 @@ __all__ = ["KeptResidual", "as_kept", "done", "keep"]
 
 
 class KeptResidual:
-    """One stored residual's file, copied before it is written (`store`)."""
+    """One residual's file, copied before it is written in place (`store`)."""
 
     def __init__(self, f: Any) -> None:
         self.file = f

@@ -330,7 +330,7 @@ class Tile:
 
 
 def _dtype(a: Any) -> np.dtype:
-    """An argument's dtype (a block sent ahead is on its device: not brought back)."""
+    """An argument's dtype (a JAX array on the pass's device: not brought back)."""
     return np.dtype(a.dtype) if isinstance(a, (np.ndarray, jax.Array)) else np.asarray(a).dtype
 
 

@@ -86,7 +86,10 @@ class ResidentFile:
     def buffer_key(self) -> tuple[int, tuple[int, ...], str]:
         """What names its values for as long as it lives: its buffer's address."""
         a = self.device_array
-        where = a.unsafe_buffer_pointer() if a is not None else _address(self.array)
+        try:
+            where = a.unsafe_buffer_pointer() if a is not None else _address(self.array)
+        except (RuntimeError, ValueError):  # (an array over several devices)
+            where = id(a)
         return (where, self.shape, self.dtype.str)
 
     @property
