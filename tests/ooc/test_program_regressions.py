@@ -113,3 +113,23 @@ def test_a_nan_cotangent_of_a_max_reaches_every_element(jit):
         jit_values=jit[0],
         jit_grad=jit[1],
     )
+
+
+@pytest.mark.parametrize("jit", MODES, ids=MODE_IDS)
+def test_a_constant_operand_holds_no_gradient_in_the_budget(jit):
+    # a NumPy constant (2.7 KiB) times a DiskArray under an 8 KiB budget: the
+    # gradient's check counted a gradient for the constant too, which nothing
+    # differentiates, and refused it ("take 5.4 KiB with their gradients, more than
+    # 50% of the memory budget")
+    const = np.linspace(-1.0, 1.0, 12 * 29).reshape(1, 12, 29)
+
+    def program(xp, v0):
+        return [const * v0, xp.abs(const * v0)]
+
+    compare(
+        program,
+        [_normal(1, 12, 29, dtype="float32")],
+        budget=8192,
+        jit_values=jit[0],
+        jit_grad=jit[1],
+    )

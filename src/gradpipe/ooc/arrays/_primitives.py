@@ -178,7 +178,7 @@ class OocPrim(_Refusals, PrimBase):
         self._wants = tuple(
             bool(nz) and is_differentiable(t.dtype) for nz, t in zip(nzs_in, self.in_avals)
         )
-        check_fits(self.in_avals, self.budget, self.op.name, backward=True)
+        check_fits(self.in_avals, self.budget, self.op.name, backward=self._wants)
         self._one_pass = None
         if (
             len(self.in_avals) == 1

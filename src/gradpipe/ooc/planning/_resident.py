@@ -183,15 +183,23 @@ def _held_as(x: Any, dtype: np.dtype) -> bool:
 
 
 def check_fits(
-    in_types: Iterable[Any], budget: MemoryBudget, what: str, *, backward: bool = False
+    in_types: Iterable[Any],
+    budget: MemoryBudget,
+    what: str,
+    *,
+    backward: bool | Sequence[bool] = False,
 ) -> None:
-    """Refuse resident operands of one call whose total (with the gradients of the
-    floating ones, for a backward pass) exceeds their share of the budget."""
-    held = [t for t in in_types if _is_resident_type(t)]
-    shapes = [t.shape for t in held]
-    total = sum(_nbytes(t.shape, t.dtype) * (1 + _has_gradient(t, backward)) for t in held)
+    """Refuse resident operands of one call whose total (with their gradients, for a
+    backward pass) exceeds their share of the budget. ``backward``: whether each
+    input's gradient is computed (True: every floating one's; a constant operand,
+    not differentiated, holds no gradient)."""
+    types = list(in_types)
+    wanted = [backward] * len(types) if isinstance(backward, bool) else list(backward)
+    held = [(t, w) for t, w in zip(types, wanted) if _is_resident_type(t)]
+    total = sum(_nbytes(t.shape, t.dtype) * (1 + _has_gradient(t, w)) for t, w in held)
     if total > budget.nbytes * RESIDENT_SHARE:
-        _refuse_size(what, shapes, total, budget, " with their gradients" if backward else "")
+        extra = " with their gradients" if any(_has_gradient(t, w) for t, w in held) else ""
+        _refuse_size(what, [t.shape for t, _ in held], total, budget, extra)
 
 
 def _is_resident_type(t: Any) -> bool:
