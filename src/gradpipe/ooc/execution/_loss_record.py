@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from ..planning._chain import ChainFile
+from ..storage._page_layout import is_whole
 from ..storage._paged_file import Region
 
 __all__ = ["LOSS", "Fold", "Record", "keep_record", "take_record"]
@@ -143,9 +144,7 @@ def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: An
     acc = record.grads.get(key)
     back = 0
     if isinstance(grad, jax.Array):
-        whole = region is None or all(
-            s.start == 0 and s.stop == n for s, n in zip(region, src.shape)
-        )
+        whole = is_whole(region, src.shape)
         same = grad.shape == src.shape and np.dtype(grad.dtype) == src.dtype
         if acc is None and src.shape and whole and same:
             record.grads[key] = grad

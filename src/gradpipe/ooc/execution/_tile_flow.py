@@ -18,6 +18,7 @@ import numpy as np
 
 from ..planning._chain_read import Evaluation, region_key
 from ..planning._stages import Where
+from ..storage._page_layout import is_whole
 from ._device_sums import DeviceSums
 from ._loss_record import Fold, Record
 from ._tile_program import Launched, Tile
@@ -70,7 +71,7 @@ def _folds_there(work: Any, tile: Tile) -> TypeGuard[Launched]:
         return False
     for c, pos, r in tile.uses:
         shape = c.node.sources[pos].shape  # type: ignore[union-attr]
-        if r is not None and any(s.start != 0 or s.stop != n for s, n in zip(r, shape)):
+        if not is_whole(r, shape):
             return False
     return True
 

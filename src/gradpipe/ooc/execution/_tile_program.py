@@ -25,6 +25,7 @@ from ..planning._chain import ChainFile, is_chain
 from ..planning._chain_read import Evaluation, region_key
 from ..planning._resident import is_resident
 from ..storage._file_map import is_view, populate, release
+from ..storage._page_layout import is_whole
 from ..storage._paged_file import Region
 from ._compute_device import wide
 from ._row_products import evaluate
@@ -277,7 +278,7 @@ class Tile:
         whole is taken as it is (not brought to the host to be sent back)."""
         if isinstance(s, np.ndarray):
             return s
-        whole = r is None or all(a.start == 0 and a.stop == n for a, n in zip(r, s.shape))
+        whole = is_whole(r, s.shape)
         there = s.on_device(self._device) if whole and self._device is not None else None
         return there if there is not None else s.read(r)
 

@@ -192,13 +192,14 @@ def resident_leaves(f: Any) -> tuple[Any, ...]:
     are (`leaves`) and found from those kept for the chains it reads: a step of
     many operations, each sizing its budget by its inputs', walks each part of its
     graph once rather than once an operation."""
-    got = _resident_memo.get(f) if computed_on_read(f) else None
+    chain = computed_on_read(f)
+    got = _resident_memo.get(f) if chain else None
     if got is not None:
         return got
     count = _stored_count[0]
     found = {id(g): g for g in _walk(f, _resident_memo) if getattr(g, "resident", False)}
     out = tuple(found.values())
-    if computed_on_read(f):
+    if chain:
         with _memo_lock:
             if count == _stored_count[0]:  # (no store meanwhile: the walk saw this graph)
                 _resident_memo[f] = out

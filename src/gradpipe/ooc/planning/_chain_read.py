@@ -18,6 +18,7 @@ import numpy as np
 
 from ..storage import _aligned
 from ..storage._file_map import is_view, release
+from ..storage._page_layout import is_whole
 from ..storage._paged_file import PagedFile, Region
 from ._chain_graph import is_chain_file
 
@@ -150,7 +151,7 @@ class Evaluation:
                 ]
         # an array not read ahead (held in memory): a small one that each piece reads
         # whole (a mask's classes) read once a tile, the pieces sharing its block
-        whole = all(s.start == 0 and s.stop == n for s, n in zip(region, f.shape))
+        whole = is_whole(region, f.shape)
         block = self.small_reads.get(id(f)) if whole else None
         if block is None:
             block = f.read(region)

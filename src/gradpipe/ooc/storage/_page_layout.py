@@ -15,9 +15,14 @@ import numpy as np
 from ._header import HEADER_BYTES
 from ._pieces import Pieces, region_pieces
 
-__all__ = ["PageLayout", "Region", "page_grid"]
+__all__ = ["PageLayout", "Region", "is_whole", "page_grid"]
 
 Region = tuple[slice, ...]
+
+
+def is_whole(region: Region | None, shape: tuple[int, ...]) -> bool:
+    """Whether ``region`` is all of an array of ``shape`` (None: a 0-d value, whole)."""
+    return region is None or all(s.start == 0 and s.stop == n for s, n in zip(region, shape))
 
 
 def page_grid(shape: tuple[int, ...], page_shape: tuple[int, ...]) -> tuple[int, ...]:
