@@ -55,6 +55,8 @@ def _export(t: _Type, value: Any) -> np.ndarray | jax.Array | np.int32:
     if not _is_disk(t):
         if t.shape:  # the gradient of a resident operand
             return to_memory(value, t.shape, t.dtype)
+        if isinstance(value, jax.Array) and np.dtype(value.dtype) == t.dtype:
+            return value  # a loss its device computes (`_running_tails`), not waited for
         return np.asarray(0 if value is None else value, t.dtype)
     if value is None or isinstance(value, _handles.ZeroFile):  # e.g. an unwanted gradient
         return np.int32(_handles.ZERO_HANDLE)

@@ -17,6 +17,10 @@ places, so a pass keeps one parameter-sized sum on the device. A tile that reads
 operand in part (a weight a row, read over the tile's rows), differentiates a
 stored array (its gradient is written to disk tile by tile) or failed to compile
 comes back to the host as before.
+
+A mean's or sum's pass whose tiles all fold there need not bring anything back: its
+loss is added up and finished there too (`total`), and the pass returns without
+waiting for its last tiles (`_running_tails`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from ._tile_program import Launched
 
@@ -34,6 +40,19 @@ __all__ = ["DeviceSums"]
 @functools.lru_cache(maxsize=1)
 def _add() -> Any:
     return jax.jit(lambda a, b: [x + y for x, y in zip(a, b)])
+
+
+@functools.lru_cache(maxsize=1)
+def _total() -> Any:
+    return jax.jit(_fold_shares, static_argnums=2)
+
+
+def _fold_shares(shares: list[Any], divisor: Any, acc: str) -> Any:
+    value = jnp.zeros((), acc)
+    for share in shares:  # (in the order they came, in ``acc``: as `Fold.add` adds them)
+        value = value + share.astype(acc)
+    # (the divisor an argument: XLA multiplies by the reciprocal of a constant one)
+    return value if divisor is None else value / divisor
 
 
 class DeviceSums:
@@ -64,6 +83,19 @@ class DeviceSums:
         shares, groups = self._shares, list(self._groups.values())
         self._shares, self._groups = [], {}
         return list(jax.device_get(shares)), [(u, list(g)) for u, g in groups]
+
+    def total(
+        self, acc: np.dtype, divisor: int | None
+    ) -> tuple[jax.Array, list[tuple[Any, list[Any]]]]:
+        """The loss left on the device, not waited for: the tiles' shares added there
+        in the order they came, in ``acc``, then divided by ``divisor`` (a mean's
+        count; None: a sum's, nothing); and each group's uses with its gradients' sums."""
+        shares, groups = self._shares, list(self._groups.values())
+        self._shares, self._groups = [], {}
+        by = None if divisor is None else np.asarray(divisor, acc)
+        with jax.enable_x64(acc.itemsize == 8):
+            value = _total()(shares, by, acc.str)
+        return value, [(u, list(g)) for u, g in groups]
 
     def clear(self) -> None:
         """Let go of everything (a pass stopped early)."""

@@ -33,6 +33,7 @@ from ..storage._paged_file import PagedFile, Region
 from ._executor import current_executor
 from ._fusion import fuse, fuse_map, pick
 from ._held_results import hold_in_memory, result_file
+from ._running_tails import settle_all
 from ._store import Store
 from ._tile_loops import backward_steps, forward_steps
 
@@ -135,7 +136,9 @@ class Driver:
     def _plan(self, op: Any, inputs: Sequence[Value], phase: str, g: Value | None = None) -> Plan:
         """The loop's shapes and tile; chains among the inputs (and the cotangent ``g``
         of a backward pass) that the cost rule says to write are written first
-        (`ChainFile.should_store`)."""
+        (`ChainFile.should_store`). An earlier pass's tiles still running on a
+        device are settled first (`_running_tails`)."""
+        settle_all()
         while True:
             plan, self._bytes_for = tile_plan(op, inputs, phase, g, self.budget, self.name)
             if isinstance(op, Store):  # writing a chain: no rule to apply

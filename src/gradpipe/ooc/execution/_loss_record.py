@@ -115,6 +115,13 @@ class Fold:
         gradients brought back."""
         for share in shares:
             self.value = self.value + np.asarray(share, self.value.dtype)
+        return self.add_groups(groups)
+
+    def add_groups(
+        self, groups: list[tuple[list[tuple[ChainFile, int, Region | None]], list[Any]]]
+    ) -> int:
+        """Each group's gradients' sums from a device, as `add_summed` takes them;
+        returns the bytes brought back."""
         back = 0
         for uses, grads in groups:
             for (c, pos, r), grad in zip(uses, grads):

@@ -31,7 +31,7 @@ from ..planning._chain_graph import is_chain_file
 from ..planning._chain_read import Evaluation, pieces_of
 from ..planning._chain_readers import settle
 from ..planning._resident import is_resident
-from ..planning._stages import Where, note_next
+from ..planning._stages import Where, note_next, recording_active
 from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._allocator import kept_between_pieces
@@ -41,6 +41,7 @@ from ._device_sums import DeviceSums
 from ._executor import current_executor
 from ._held_results import hold_in_memory, result_file
 from ._loss_record import LOSS, Fold, Record, keep_record
+from ._running_tails import Tail
 from ._tile_flow import Flow
 from ._tile_pieces import PIECES_IN_FLIGHT, piece_elements, piece_limit
 from ._tile_program import Sender, Tile, in_memory, launch, reads_elsewhere, run
@@ -244,8 +245,9 @@ def _pass(
     kind: str,
     acc: np.dtype,
     device: Any = None,
-) -> np.ndarray | str:
-    """The loss's pass: its value, with ``record`` filled; why not, where a tile
+) -> Any:
+    """The loss's pass: its value (a NumPy one, or a JAX array on the device that
+    computes it), with ``record`` filled; why not (a str), where a tile
     reads a stored array it differentiates other than over the tile (then nothing
     is kept) or a step has no derivative in JAX."""
     finish = getattr(op, "finish", None)
@@ -309,6 +311,7 @@ def _pass(
             by_piece=device is not None,
         )
         lag = ahead if device is not None else 0
+        left = None
         # on the host, each piece's program allocates its blocks afresh: they are
         # kept in the heaps between pieces (`kept_between_pieces`); the interpreter's
         # cyclic collector waits for the pass's end (`collector_paused`)
@@ -356,15 +359,26 @@ def _pass(
                     why = flow.advance(len(pieces), lag) if sender is None else None
                     if why is not None:
                         return why
-                why = flow.advance(0, 0)
-                if why is not None:
-                    return why
-                flow.drain()
+                # a sum's tiles folded on the device: the loss and gradients are
+                # handed to JAX while its last tiles still run (`_running_tails`)
+                left = flow.leave_running(acc, op)
+                if left is None:
+                    why = flow.advance(0, 0)
+                    if why is not None:
+                        return why
+                    flow.drain()
+                elif recording_active():  # (`explain`: the whole pass, measured)
+                    Tail(top, left[1]).settle()
+                else:
+                    Tail(top, left[1])
             finally:
                 flow.abandon()
         if bar is not None:
             bar.close()
-        value = np.asarray(fold.finish(finish), out_dtype)
-        where.value = float(value)  # (a later pass that reads it says so: `explain`)
+        if left is None:
+            value = np.asarray(fold.finish(finish), out_dtype)
+        else:
+            value = left[0] if left[0].dtype == out_dtype else left[0].astype(out_dtype)
+        where.value = value  # (a later pass that reads it says so: `explain`)
     record.commit()
     return value

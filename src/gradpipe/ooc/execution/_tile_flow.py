@@ -4,7 +4,8 @@ A tile's pieces run on the host's pool or are queued on a device; a tile stays
 queued while its programs may still read its views (then its views are released),
 and waits to be folded until later tiles have run (on a device, its results come
 back behind the transfers queued before them). A sum's pass on a device folds its
-tiles there (`_device_sums`) and brings them back once, at the end.
+tiles there (`_device_sums`) and brings them back once, at the end, or leaves them
+there, its last tiles still running (`leave_running`).
 """
 
 from __future__ import annotations
@@ -137,6 +138,39 @@ class Flow:
                 if self.bar is not None:
                     self.bar.update(1)
         return None
+
+    def leave_running(
+        self, acc: np.dtype, op: Any
+    ) -> tuple[Any, list[tuple[Evaluation, Pieces]]] | None:
+        """End a sum's pass on a device without waiting for its last tiles: every
+        tile not yet folded is folded there, the loss added up and finished there
+        (`DeviceSums.total`: in ``acc``, divided by the reduction ``op``'s divisor) and
+        the gradients recorded; returns
+        the loss (a JAX array the device computes) and the tiles still running
+        (`_running_tails`). None where a tile is not folded there (then the pass
+        waits for them: `advance` to none, `drain`)."""
+        left = [*self.folding, *(running for _, running in self.queue)]
+        if self.sums is None or not hasattr(op, "divisor"):
+            return None
+        if not all(_folds_there(work, tile) for running in left for tile, work in running):
+            return None
+        for running in left:  # (folded there: nothing waited for)
+            fold_tile(running, self.fold, self.record, self.where, self.sums)
+            if self.bar is not None:
+                self.bar.update(1)
+        # (the oldest tile's first ``ran`` pieces ran: their views are released)
+        tiles = [
+            (ev, running[self.ran :] if k == 0 else running)
+            for k, (ev, running) in enumerate(self.queue)
+        ]
+        self.queue.clear()
+        self.folding.clear()
+        self.ran = 0
+        value, groups = self.sums.total(acc, op.divisor)
+        back = self.fold.add_groups(groups)
+        if self.where is not None:
+            self.where.from_device += back
+        return value, tiles
 
     def drain(self) -> None:
         """Bring back what was folded on the device and fold it here."""

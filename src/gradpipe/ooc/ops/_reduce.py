@@ -185,6 +185,12 @@ class Sum(Accumulation):
     def finish(self, acc: np.ndarray) -> np.ndarray:
         return self._scale(acc)
 
+    @property
+    def divisor(self) -> int | None:
+        """What `finish` divides the sum by (None: nothing), for a pass that finishes
+        its loss on a device (`execution._device_sums`)."""
+        return None
+
     def joined_sum(self, axes: tuple[int, ...], dtype: DTypeLike) -> Sum:
         """A plain sum over ``axes`` in ``dtype``, keeping dims as this one does, with
         no finishing step: what a pass joining this sum with others runs, each then
@@ -230,6 +236,10 @@ class Mean(Sum):
 
     def output_dtype(self, dx: np.dtype) -> np.dtype:
         return np.mean(np.zeros(1, dx)).dtype
+
+    @property
+    def divisor(self) -> int | None:
+        return self.count
 
     def _scale(self, block: np.ndarray) -> np.ndarray:
         block = np.asarray(block)

@@ -68,7 +68,7 @@ class Where:
     runs_on: str = "host"
     to_device: int = 0
     from_device: int = 0
-    value: float | None = None
+    value: Any = None  # (a JAX array where the device computes it, read if recorded)
 
 
 class _Recorder:
@@ -185,7 +185,7 @@ def stage(
             where.to_device,
             where.from_device,
             (*recs[0].notes, *earlier),
-            where.value,
+            None if where.value is None else float(where.value),
         )
         for r in recs:
             r.notes.clear()
