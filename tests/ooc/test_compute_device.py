@@ -94,20 +94,19 @@ def test_a_training_step_computes_on_the_device_as_jax_numpy_does_there(name, ji
         assert stage.runs_on == "host" and "under jax.jit" in str(plan)
         return
     assert stage.runs_on == str(device)
-    # the data went to the device once; the gradient of a 0-d operand came back
-    # (least squares' b, the MLP's 0.0): the parameters' gradients and the loss
-    # stay there, added up over the tiles
+    # the data went to the device once; nothing came back: the loss and the
+    # gradients stay there, added up over the tiles, where JAX takes them
     assert A.nbytes <= stage.to_device <= stage.io.bytes_read
-    assert stage.from_device == 4
+    assert stage.from_device == 0
     assert f"computes on {stage.runs_on}" in str(plan)
 
 
 @pytest.mark.parametrize("name", ["least squares", "mlp"])
 def test_a_sums_tiles_are_folded_on_the_device_and_come_back_once(name, monkeypatch):
-    """A sum's tiles are added up on the device, the loss too: what comes back is
-    the gradients of 0-d operands (the parameters' and the loss stay there), and the
-    loss and gradients are those of tiles brought back and folded on the host (the
-    same additions in the same order)."""
+    """A sum's tiles are added up on the device, the loss too: nothing comes back
+    (the gradients and the loss stay there), and the loss and gradients are those of
+    tiles brought back and folded on the host (the same additions in the same
+    order)."""
     A, y, hot = _data(4)
     build = _least_squares if name == "least squares" else _mlp
     second = y if name == "least squares" else hot
@@ -119,8 +118,13 @@ def test_a_sums_tiles_are_folded_on_the_device_and_come_back_once(name, monkeypa
             X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(second)
             runs[on_device] = ooc.explain(jax.value_and_grad(build(ooc, X, Y)), params)
     folded, each = runs[True], runs[False]
-    for g, w in zip(jax.tree.leaves(folded.result), jax.tree.leaves(each.result)):
+    (loss, grads), (host_loss, host_grads) = folded.result, each.result
+    for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(host_grads)):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    # the loss's sum divided by its count there: a TPU's division may differ from
+    # the host's in the last bit (as jax.numpy's mean there does)
+    exact = jax.devices(TEST_DEVICE)[0].platform == "cpu"
+    np.testing.assert_array_max_ulp(np.asarray(loss), np.asarray(host_loss), 0 if exact else 1)
     (stage,) = folded.stages
     assert stage.tiles > 2
     # each tile brought back its share and the gradient of each in-memory operand
@@ -129,10 +133,9 @@ def test_a_sums_tiles_are_folded_on_the_device_and_come_back_once(name, monkeypa
     share = 4  # (float32: the type jax.numpy sums float32 data in on a device)
     differentiated = {"least squares": ("w", "b"), "mlp": ("W1", "b1", "W2", "b2")}[name]
     assert rest == 0 and per_tile - share >= sum(params[k].nbytes for k in differentiated)
-    # folded there: the gradients of 0-d operands come back; the parameters' stay on
-    # the device, where JAX takes them, and so does the loss (its shares added there)
-    kept = sum(params[k].nbytes for k in differentiated if params[k].ndim)
-    assert stage.from_device == (per_tile - share) - kept
+    # folded there: nothing comes back; the gradients stay on the device, where JAX
+    # takes them, and so does the loss (its shares added there)
+    assert stage.from_device == 0
     device = jax.devices(TEST_DEVICE)[0]
     _, grads = folded.result
     assert all(grads[k].devices() == {device} for k in differentiated)

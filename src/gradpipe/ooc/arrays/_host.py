@@ -42,7 +42,9 @@ def _lower(x: Any) -> Any:
     return x._handle if isinstance(x, DiskArray) else x
 
 
-def _resolve(t: _Type, v: Any) -> Any:
+def _resolve(t: _Type, v: Any, unread: bool = False) -> Any:
+    if unread and isinstance(v, jax.Array) and not t.shape:
+        return v  # (`run_on_host`'s ``unread``)
     if _is_disk(t):
         return _handles.lookup(int(v), t.shape, t.dtype)
     if t.shape:  # an in-memory (resident) operand (a JAX array's kept where it is)
@@ -147,13 +149,16 @@ def run_on_host(
     in_types: Sequence[_Type],
     out_types: Sequence[_Type],
     args: Sequence[Any],
+    unread: Sequence[int] = (),
 ) -> list[DiskArray | jax.Array]:
     """``host_fn(*files_and_values)`` for ``args``; returns DiskArrays and JAX arrays.
 
     ``host_fn`` gets a file (`PagedFile` or `ConstantFile`) for each `DiskArray`
     argument, a `ResidentFile` for each in-memory array and a 0-d NumPy value for
     each scalar, and returns one file or in-memory value (or ``None``: zeros) per
-    entry of ``out_types``.
+    entry of ``out_types``. The scalars at the positions ``unread``, run eagerly, are
+    handed over as the JAX arrays they are: reading one waits for every program
+    queued on its device before it.
     """
     lo = [_lower(a) for a in args]
     # The files of concrete DiskArrays (closed-over data) become constant handles in
@@ -168,14 +173,16 @@ def run_on_host(
         if starts:
             _handles.sweep()
         with _handles.callback_running():
-            outs = host_fn(*[_resolve(t, v) for t, v in zip(in_types, vals)])
+            outs = host_fn(
+                *[_resolve(t, v, k in unread) for k, (t, v) in enumerate(zip(in_types, vals))]
+            )
             return tuple(_export(t, o) for t, o in zip(out_types, outs))
 
     outs: Sequence[Any]
     if not staged:
         # a NumPy array is copied (as JAX copies one it stages): the chains made
         # here may be read after the caller changed it in place
-        outs = on_host(*[_held(v) for v in lo])
+        outs = on_host(*[v if k in unread else _held(v) for k, v in enumerate(lo)])
     else:
 
         def on_host_as_words(*vals: Any) -> tuple[np.ndarray | np.int32, ...]:

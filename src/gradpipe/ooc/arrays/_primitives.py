@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NoReturn, TypeAlias, TypeVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -237,6 +238,10 @@ class OocPrim(_Refusals, PrimBase):
         prim = OocBackwardPrim(
             self.op, self.budget, self.in_avals, self.consts, in_type(g), wants, token
         )
+        if token is not None and self.op.one_pass_kind == "sum":
+            # a loss's sum or mean: its backward never reads its value, which the
+            # device may still be computing (`execution._running_tails`): not waited for
+            out = np.zeros((), self.out_aval.dtype)
         grads = prim(*args, out, g)
         return tuple(
             gr if w else _zero_like(t, z) for gr, w, t, z in zip(grads, wants, self.in_avals, zeros)
@@ -298,19 +303,23 @@ class OocBackwardPrim(_Refusals, PrimBase):
         def host(*vals: Any) -> list[Any]:
             driver = Driver(tile_budget(budget, vals, backward=True), op.name, budget)
             g = vals[n + 1]
-            if isinstance(g, np.ndarray) and g.dtype != out_dtype:  # a rounded 0-d one
+            if isinstance(g, (np.ndarray, jax.Array)) and g.dtype != out_dtype:  # rounded
                 g = g.astype(out_dtype)
             # gradients its loss's pass computed, or deferred: no pass (`_one_pass`)
             grads = deferred_cotangents.backward(
                 driver, op, _merge(vals[:n], consts, _const_value), vals[n], g, wants, token
             )
             if grads is None:
+                g = np.asarray(g) if isinstance(g, jax.Array) else g
                 values = _settled(op, driver, vals)
                 inputs = _merge(values[:n], consts, _const_value)
                 grads = op.backward(driver, inputs, values[n], g, wants)
             return [gr for pos, gr in enumerate(grads) if pos not in const_pos]
 
-        return tuple(run_on_host(host, self.in_avals, self.out_aval, args))
+        # a loss's cotangent goes to the host function unread (JAX's is computed on the
+        # device behind the loss's pass, which may still be running there)
+        unread = (n + 1,) if token is not None else ()
+        return tuple(run_on_host(host, self.in_avals, self.out_aval, args, unread))
 
     def vjp_fwd(self, nzs_in: Sequence[bool], *args: Any) -> NoReturn:
         _refuse_second_order(self.op)

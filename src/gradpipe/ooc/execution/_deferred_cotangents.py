@@ -45,7 +45,7 @@ class Share:
     ``record``'s loss that reaches the target through the consumer edges ``edges``."""
 
     record: Record
-    scale: np.ndarray
+    scale: Any  # 0-d: NumPy, or JAX where a device may still compute it (not waited for)
     edges: frozenset[tuple[int, int]]
 
     def complete(self, target: Any) -> bool:
@@ -81,7 +81,8 @@ class DeferredCotangent(PendingResult):
             return self._computed()
         total = None
         for f, s in zip(files, self.shares):
-            part = f if np.all(s.scale == 1) else self._driver.forward(_Scale(s.scale), [f])
+            scale = np.asarray(s.scale)
+            part = f if np.all(scale == 1) else self._driver.forward(_Scale(scale), [f])
             total = part if total is None else self._driver.forward(_Add(), [total, part])
         return total
 
@@ -131,10 +132,13 @@ class DeferredCotangent(PendingResult):
 
 def _scaled(g: Any, scale: Any) -> Any:
     """A recorded gradient times its loss's cotangent, in its own type (a JAX array
-    left on its device stays there: no multiplication where the scale is 1)."""
+    left on its device stays there: no multiplication where the scale is 1; a JAX
+    scale, which the device may still be computing, is multiplied there unread)."""
     if isinstance(g, jax.Array):
+        if isinstance(scale, jax.Array):
+            return (g * scale).astype(g.dtype)
         return g if np.all(scale == 1) else (g * np.asarray(scale)).astype(g.dtype)
-    return np.asarray(g * scale, g.dtype)
+    return np.asarray(g * np.asarray(scale), g.dtype)
 
 
 def backward(
@@ -152,7 +156,9 @@ def backward(
         record = take_record(token)
         if record is None or record.top() is not inputs[0] or not wants[0] or inputs[0] is None:
             return None
-        seed = np.asarray(g)
+        # (a JAX cotangent is kept as it is: `OocBackwardPrim` hands a loss's over
+        # unread, as the device may still be computing it)
+        seed = g if isinstance(g, jax.Array) else np.asarray(g)
         if seed.shape != ():
             return None
         top = inputs[0]
@@ -244,6 +250,7 @@ def _computed(
 
     def run() -> Any:
         cot = g.resolve() if isinstance(g, PendingResult) else g
+        cot = np.asarray(cot) if isinstance(cot, jax.Array) else cot  # (a loss's seed)
         only = [w and i == pos for i, w in enumerate(wants)]
         return op.backward(driver, list(inputs), output, cot, only)[pos]
 

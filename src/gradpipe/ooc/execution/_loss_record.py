@@ -153,7 +153,7 @@ def _add(record: Record, c: ChainFile, pos: int, region: Region | None, grad: An
     if isinstance(grad, jax.Array):
         whole = is_whole(region, src.shape)
         same = grad.shape == src.shape and np.dtype(grad.dtype) == src.dtype
-        if acc is None and src.shape and whole and same:
+        if acc is None and whole and same:
             record.grads[key] = grad
             return 0
         back += grad.nbytes
