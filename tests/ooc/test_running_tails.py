@@ -121,3 +121,35 @@ def test_a_steps_last_tiles_are_given_back_once_the_device_is_done(monkeypatch):
     gc.collect()
     assert not os.path.exists(path)
     jax.block_until_ready((value, grads))
+
+
+@pytest.mark.parametrize("name", ["least squares", "mlp"])
+def test_an_eager_step_reads_nothing_of_the_device_on_the_host(name, monkeypatch):
+    """Reading a JAX array on the host waits for every program queued on its device
+    before it: an eager step reads none (not the loss's shares, not a 0-d operand's
+    gradient, not the loss's cotangent, which JAX computes there behind the pass)."""
+    reads = []
+
+    def watched(read):
+        def read_it(a, *args, **kwargs):
+            if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
+                reads.append(a.shape)
+            return read(a, *args, **kwargs)
+
+        return read_it
+
+    for module, name in ((np, "asarray"), (np, "array"), (jax, "device_get")):
+        monkeypatch.setattr(module, name, watched(getattr(module, name)))
+    A, y, hot = _data(14)
+    build = _least_squares if name == "least squares" else _mlp
+    second = y if name == "least squares" else hot
+    params = {k: v for k, v in _params().items() if v.ndim}  # (a 0-d one is a number)
+    if name == "least squares":
+        params["b"] = jnp.full((1,), 0.1, jnp.float32)
+    with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(second)
+        out = jax.value_and_grad(build(ooc, X, Y))(params)
+    assert reads == []
+    monkeypatch.undo()
+    want = jax.value_and_grad(build(jnp, jnp.asarray(A), jnp.asarray(second)))(params)
+    _close(out, want)

@@ -270,7 +270,7 @@ def merge(driver: Any, x: Any, y: Any) -> DeferredCotangent | None:
         mine = shares.get(id(s.record))
         if mine is None:
             shares[id(s.record)] = s
-        elif np.asarray(mine.scale) != np.asarray(s.scale) or mine.edges & s.edges:
+        elif mine.edges & s.edges or _differ(mine.scale, s.scale):
             return None
         else:
             shares[id(s.record)] = Share(s.record, s.scale, mine.edges | s.edges)
@@ -279,6 +279,12 @@ def merge(driver: Any, x: Any, y: Any) -> DeferredCotangent | None:
         return driver.forward(_Add(), [x.resolve(), y.resolve()])
 
     return DeferredCotangent(run, x.target, x.dtype, tuple(shares.values()), driver)
+
+
+def _differ(a: Any, b: Any) -> bool:
+    """Whether two losses' cotangents differ; one loss's shares carry the same one
+    (a JAX array the device may still be computing: not read)."""
+    return a is not b and bool(np.asarray(a) != np.asarray(b))
 
 
 class _Add:
