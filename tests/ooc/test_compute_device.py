@@ -74,6 +74,18 @@ def _params(dtype=jnp.float32):
     }
 
 
+def step_of(name, seed):
+    """A training step's loss (``build(xp, X, second)``), its data and its
+    parameters, each at least 1-d (a 0-d one is a number to JAX's callers)."""
+    A, y, hot = _data(seed)
+    build = _least_squares if name == "least squares" else _mlp
+    second = y if name == "least squares" else hot
+    params = {k: v for k, v in _params().items() if v.ndim}
+    if name == "least squares":
+        params["b"] = jnp.full((1,), 0.1, jnp.float32)
+    return build, A, second, params
+
+
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("name", ["least squares", "mlp"])
 def test_a_training_step_computes_on_the_device_as_jax_numpy_does_there(name, jit):
@@ -146,12 +158,7 @@ def test_an_eager_steps_parameters_never_leave_the_device(name, monkeypatch):
     """The parameters go to the pass's programs as the JAX arrays they are (none is
     brought to the host to be sent back), and their gradients come back to JAX
     where the programs left them: on the device."""
-    A, y, hot = _data(7)
-    build = _least_squares if name == "least squares" else _mlp
-    second = y if name == "least squares" else hot
-    params = {k: v for k, v in _params().items() if v.ndim}  # (a 0-d one is a number)
-    if name == "least squares":
-        params["b"] = jnp.full((1,), 0.1, jnp.float32)
+    build, A, second, params = step_of(name, 7)
     want = jax.value_and_grad(build(jnp, jnp.asarray(A), jnp.asarray(second)))(params)
     brought = []
     host_values = _resident.ResidentFile.array

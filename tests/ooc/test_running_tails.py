@@ -15,7 +15,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_compute_device import BUDGET, TEST_DEVICE, _close, _data, _least_squares, _mlp, _params
+from test_compute_device import (
+    BUDGET,
+    TEST_DEVICE,
+    _close,
+    _data,
+    _least_squares,
+    _mlp,
+    _params,
+    step_of,
+)
 
 from gradpipe import ooc
 from gradpipe.ooc.execution import _one_pass, _running_tails, _tile_program
@@ -138,14 +147,9 @@ def test_an_eager_step_reads_nothing_of_the_device_on_the_host(name, monkeypatch
 
         return read_it
 
-    for module, name in ((np, "asarray"), (np, "array"), (jax, "device_get")):
-        monkeypatch.setattr(module, name, watched(getattr(module, name)))
-    A, y, hot = _data(14)
-    build = _least_squares if name == "least squares" else _mlp
-    second = y if name == "least squares" else hot
-    params = {k: v for k, v in _params().items() if v.ndim}  # (a 0-d one is a number)
-    if name == "least squares":
-        params["b"] = jnp.full((1,), 0.1, jnp.float32)
+    build, A, second, params = step_of(name, 14)
+    for module, attr in ((np, "asarray"), (np, "array"), (jax, "device_get")):
+        monkeypatch.setattr(module, attr, watched(getattr(module, attr)))
     with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
         X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(second)
         out = jax.value_and_grad(build(ooc, X, Y))(params)
