@@ -11,6 +11,7 @@ names the device, and computed on the host where it was only JAX's default.
 from __future__ import annotations
 
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -520,3 +521,51 @@ def test_pieces_that_read_one_stored_array_whole_each_read_its_values(monkeypatc
     (stage,) = plan.stages
     # several pieces a tile, each releasing its views of X, y and the scale
     assert len(released) >= 4 * stage.tiles and min(released) == 3
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_a_loss_added_up_in_64_bits_is_added_on_the_host_where_the_device_runs_none(
+    x64, monkeypatch
+):
+    """``sum(..., dtype=np.float64)`` of a float32 chain on a device that runs no
+    64-bit program (a TPU; here the test's device, told so): its tiles compute
+    there in float32, and their shares are added up on the host in float64, not by
+    a 64-bit program on the device."""
+    platform = jax.devices(TEST_DEVICE)[0].platform
+    monkeypatch.setattr(_compute_device, "_NO_64_BIT", frozenset({"tpu", platform}))
+    totals = []
+    total = _device_sums.DeviceSums.total
+    monkeypatch.setattr(
+        _device_sums.DeviceSums,
+        "total",
+        lambda s, d: (totals.append(s._acc), total(s, d))[1],
+    )
+
+    def loss(xp, X, y):
+        return lambda p: xp.sum(xp.square(X @ p["w"] + p["b"] - y), dtype=np.float64)
+
+    A, y, _ = _data(16)
+    with jax.enable_x64(x64):
+        with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+            X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+            value, grads = jax.value_and_grad(loss(ooc, X, Y))(_params())
+        want = jax.value_and_grad(loss(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
+    assert all(acc.itemsize < 8 for acc in totals)
+    assert value.dtype == want[0].dtype
+    _close((value, grads), want)
+
+
+@pytest.mark.skipif(TEST_DEVICE == "tpu", reason="a TPU runs no 64-bit program")
+def test_a_step_over_float64_data_with_x64_off_asks_jax_for_no_float64():
+    """x64 off, float32 parameters, float64 data on a device: the loss's cotangent
+    is taken as JAX holds it (float32), without JAX's warning that a float64 it
+    cannot hold was asked for (the step's gradients as jax.numpy's)."""
+    A, y, _ = _data(17, np.float64)
+    with jax.enable_x64(False), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="gradpipe.ooc: the", category=UserWarning)
+        warnings.filterwarnings("error", message="Explicitly requested dtype")
+        with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+            X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+            got = jax.value_and_grad(_least_squares(ooc, X, Y))(_params())
+        want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
+    _close(got, want)

@@ -18,6 +18,7 @@ import pytest
 from test_compute_device import (
     BUDGET,
     TEST_DEVICE,
+    K,
     _close,
     _data,
     _least_squares,
@@ -28,6 +29,7 @@ from test_compute_device import (
 
 from gradpipe import ooc
 from gradpipe.ooc.execution import _one_pass, _running_tails, _tile_program
+from gradpipe.ooc.planning import _chain_read
 from gradpipe.ooc.storage._paged_file import PagedFile
 
 
@@ -157,3 +159,25 @@ def test_an_eager_step_reads_nothing_of_the_device_on_the_host(name, monkeypatch
     monkeypatch.undo()
     want = jax.value_and_grad(build(jnp, jnp.asarray(A), jnp.asarray(second)))(params)
     _close(out, want)
+
+
+def test_blocks_given_back_by_the_tails_thread_serve_the_next_steps(monkeypatch):
+    """Blocks read into buffers of their own (the data's pages are half a row wide:
+    no view of the file serves a tile) go back, when the tails' thread gives them,
+    to the buffers the reading thread reuses: after the first step no step
+    allocates a buffer, and none stays with the tails' thread outside the budget."""
+    fresh = []
+    empty = _chain_read._aligned.empty
+    monkeypatch.setattr(
+        _chain_read._aligned, "empty", lambda *a, **k: (fresh.append(a[0]), empty(*a, **k))[1]
+    )
+    A, y, _ = _data(15)
+    want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
+    with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+        X = ooc.DiskArray.from_numpy(A, page_shape=(256, K // 2))
+        Y = ooc.DiskArray.from_numpy(y)
+        for step in range(3):
+            fresh.clear()
+            out = jax.value_and_grad(_least_squares(ooc, X, Y))(_params())
+            assert fresh if step == 0 else fresh == []
+            _close(out, want)

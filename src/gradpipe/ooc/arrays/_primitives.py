@@ -27,7 +27,7 @@ from ..execution import _deferred_cotangents as deferred_cotangents
 from ..execution import _one_pass as one_pass
 from ..execution._driver import Driver
 from ..execution._pending import deferred
-from ..kernels._promotion import is_constant, is_differentiable, operand_dtypes
+from ..kernels._promotion import canonical_dtype, is_constant, is_differentiable, operand_dtypes
 from ..kernels._x64 import jax_value_dtype
 from ..planning._budget import MemoryBudget
 from ..planning._chain import is_chain
@@ -303,14 +303,16 @@ class OocBackwardPrim(_Refusals, PrimBase):
         def host(*vals: Any) -> list[Any]:
             driver = Driver(tile_budget(budget, vals, backward=True), op.name, budget)
             g = vals[n + 1]
-            if isinstance(g, (np.ndarray, jax.Array)) and g.dtype != out_dtype:  # rounded
+            if isinstance(g, np.ndarray) and g.dtype != out_dtype:  # rounded
                 g = g.astype(out_dtype)
+            elif isinstance(g, jax.Array) and g.dtype != canonical_dtype(out_dtype):
+                g = g.astype(canonical_dtype(out_dtype))  # (left unread: as JAX holds it)
             # gradients its loss's pass computed, or deferred: no pass (`_one_pass`)
             grads = deferred_cotangents.backward(
                 driver, op, _merge(vals[:n], consts, _const_value), vals[n], g, wants, token
             )
             if grads is None:
-                g = np.asarray(g) if isinstance(g, jax.Array) else g
+                g = np.asarray(g, out_dtype) if isinstance(g, jax.Array) else g
                 values = _settled(op, driver, vals)
                 inputs = _merge(values[:n], consts, _const_value)
                 grads = op.backward(driver, inputs, values[n], g, wants)

@@ -19,8 +19,9 @@ stored array (its gradient is written to disk tile by tile) or failed to compile
 comes back to the host as before.
 
 A mean's or sum's pass whose tiles all fold there need not bring anything back: its
-loss is added up and finished there too (`total`), and the pass returns without
-waiting for its last tiles (`_running_tails`).
+loss is added up there too, share by share as the tiles are folded, and finished
+there (`total`); the pass returns without waiting for its last tiles
+(`_running_tails`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import functools
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ._tile_program import Launched
@@ -42,25 +42,29 @@ def _add() -> Any:
     return jax.jit(lambda a, b: [x + y for x, y in zip(a, b)])
 
 
+@functools.cache
+def _running(acc: str) -> Any:
+    # (the loss from zero, as `Fold.add` adds it up)
+    return jax.jit(lambda value, share: (0 if value is None else value) + share.astype(acc))
+
+
 @functools.lru_cache(maxsize=1)
-def _total() -> Any:
-    return jax.jit(_fold_shares, static_argnums=2)
-
-
-def _fold_shares(shares: list[Any], divisor: Any, acc: str) -> Any:
-    value = jnp.zeros((), acc)
-    for share in shares:  # (in the order they came, in ``acc``: as `Fold.add` adds them)
-        value = value + share.astype(acc)
+def _divide() -> Any:
     # (the divisor an argument: XLA multiplies by the reciprocal of a constant one)
-    return value if divisor is None else value / divisor
+    return jax.jit(lambda value, divisor: value / divisor)
 
 
 class DeviceSums:
     """The tiles of one device's pass: their shares of the loss in the order they
-    came, their gradients summed by where they go."""
+    came, their gradients summed by where they go; and where the loss is added up
+    there (``acc``, its type; None: on the host), the shares' running sum, each
+    added as its tile is folded (one small program a tile, queued behind it: no
+    program of as many shares as the pass has, compiled anew for each count)."""
 
-    def __init__(self) -> None:
+    def __init__(self, acc: np.dtype | None = None) -> None:
+        self._acc = acc
         self._shares: list[Any] = []
+        self._value: Any = None
         self._groups: dict[Any, tuple[Any, list[Any]]] = {}
 
     def add(self, key: Any, uses: Any, work: Launched) -> None:
@@ -69,6 +73,9 @@ class DeviceSums:
         outs, error, x64 = work.queued()
         assert error is None  # (a failed program is folded on the host: it raises)
         self._shares.append(outs[0])
+        if self._acc is not None:
+            with jax.enable_x64(self._acc.itemsize == 8):
+                self._value = _running(self._acc.str)(self._value, outs[0])
         got = self._groups.get(key)
         if got is None:
             self._groups[key] = (uses, list(outs[1:]))
@@ -81,22 +88,27 @@ class DeviceSums:
         each group's uses with its gradients' sums, left on the device (`Fold`
         brings back those it cannot keep there)."""
         shares, groups = self._shares, list(self._groups.values())
-        self._shares, self._groups = [], {}
+        self.clear()
         return list(jax.device_get(shares)), [(u, list(g)) for u, g in groups]
 
-    def total(
-        self, acc: np.dtype, divisor: int | None
-    ) -> tuple[jax.Array, list[tuple[Any, list[Any]]]]:
+    @property
+    def adds_up(self) -> bool:
+        """Whether the loss is added up on the device (`total`)."""
+        return self._acc is not None and self._value is not None
+
+    def total(self, divisor: int | None) -> tuple[jax.Array, list[tuple[Any, list[Any]]]]:
         """The loss left on the device, not waited for: the tiles' shares added there
         in the order they came, in ``acc``, then divided by ``divisor`` (a mean's
-        count; None: a sum's, nothing); and each group's uses with its gradients' sums."""
-        shares, groups = self._shares, list(self._groups.values())
-        self._shares, self._groups = [], {}
-        by = None if divisor is None else np.asarray(divisor, acc)
-        with jax.enable_x64(acc.itemsize == 8):
-            value = _total()(shares, by, acc.str)
+        count; None: a sum's, nothing); and each group's uses with its gradients'
+        sums (only where it `adds_up`)."""
+        assert self._acc is not None
+        value, groups = self._value, list(self._groups.values())
+        if divisor is not None:
+            with jax.enable_x64(self._acc.itemsize == 8):
+                value = _divide()(value, np.asarray(divisor, self._acc))
+        self.clear()
         return value, [(u, list(g)) for u, g in groups]
 
     def clear(self) -> None:
         """Let go of everything (a pass stopped early)."""
-        self._shares, self._groups = [], {}
+        self._shares, self._value, self._groups = [], None, {}

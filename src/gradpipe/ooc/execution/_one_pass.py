@@ -36,7 +36,7 @@ from ..planning._tile_plan import stage_of
 from ..planning._tile_reads import plan_steps, tile_count
 from ..storage._allocator import kept_between_pieces
 from ._collector import collector_paused
-from ._compute_device import device_budget, device_for
+from ._compute_device import device_budget, device_for, runs_64_bit
 from ._device_sums import DeviceSums
 from ._executor import current_executor
 from ._held_results import hold_in_memory, result_file
@@ -254,7 +254,7 @@ def _pass(
     # a sum's share of the loss per tile gets the cotangent the finished loss gives
     # it (a mean's 1/count): its gradients come out finished
     # on a device, the tiles' programs compute in the types jax.numpy uses there
-    # (the tiles' shares are still added on the host in ``acc``)
+    # (their shares then added in ``acc``: there, or on the host, `leave_running`)
     tile_acc = acc if device is None else np.dtype(np.promote_types(top.dtype, np.float32))
     seed = np.asarray(finish(np.ones((), acc)) if finish else np.ones((), acc), tile_acc)
     pending = written = 0
@@ -302,13 +302,13 @@ def _pass(
         sender = None if device is None else Sender(device)
         if device is not None:
             where.runs_on = str(device)
+        sums = None
+        if device is not None and kind == "sum" and SUMS_ON_DEVICE:
+            # the loss added up there too; in 64 bits where the device runs them
+            # (a float32 chain's `sum(..., dtype=float64)` on a TPU: on the host)
+            sums = DeviceSums(acc if acc.itemsize < 8 or runs_64_bit(device) else None)
         flow = Flow(
-            fold,
-            record,
-            None if device is None else where,
-            bar,
-            DeviceSums() if device is not None and kind == "sum" and SUMS_ON_DEVICE else None,
-            by_piece=device is not None,
+            fold, record, None if device is None else where, bar, sums, by_piece=device is not None
         )
         lag = ahead if device is not None else 0
         left = None
@@ -361,7 +361,7 @@ def _pass(
                         return why
                 # a sum's tiles folded on the device: the loss and gradients are
                 # handed to JAX while its last tiles still run (`_running_tails`)
-                left = flow.leave_running(acc, op)
+                left = flow.leave_running(op)
                 if left is None:
                     why = flow.advance(0, 0)
                     if why is not None:

@@ -139,18 +139,16 @@ class Flow:
                     self.bar.update(1)
         return None
 
-    def leave_running(
-        self, acc: np.dtype, op: Any
-    ) -> tuple[Any, list[tuple[Evaluation, Pieces]]] | None:
+    def leave_running(self, op: Any) -> tuple[Any, list[tuple[Evaluation, Pieces]]] | None:
         """End a sum's pass on a device without waiting for its last tiles: every
         tile not yet folded is folded there, the loss added up and finished there
-        (`DeviceSums.total`: in ``acc``, divided by the reduction ``op``'s divisor) and
+        (`DeviceSums.total`: divided by the reduction ``op``'s divisor) and
         the gradients recorded; returns
         the loss (a JAX array the device computes) and the tiles still running
         (`_running_tails`). None where a tile is not folded there (then the pass
         waits for them: `advance` to none, `drain`)."""
         left = [*self.folding, *(running for _, running in self.queue)]
-        if self.sums is None or not hasattr(op, "divisor"):
+        if self.sums is None or not self.sums.adds_up or not hasattr(op, "divisor"):
             return None
         if not all(_folds_there(work, tile) for running in left for tile, work in running):
             return None
@@ -163,10 +161,12 @@ class Flow:
             (ev, running[self.ran :] if k == 0 else running)
             for k, (ev, running) in enumerate(self.queue)
         ]
+        # (added up before the tiles leave the queue: where that fails, `abandon`
+        # still waits for them)
+        value, groups = self.sums.total(op.divisor)
         self.queue.clear()
         self.folding.clear()
         self.ran = 0
-        value, groups = self.sums.total(acc, op.divisor)
         back = self.fold.add_groups(groups)
         if self.where is not None:
             self.where.from_device += back

@@ -73,6 +73,8 @@ class Evaluation:
         # id(file) -> [(region, block)]
         self.leaves: dict[int, list[tuple[Region, np.ndarray]]] = {}
         self.small_reads: dict[int, np.ndarray] = {}  # id(file) -> its whole block
+        # (its buffers go back to the reading thread's, whichever thread releases it)
+        self._free = _free()
         self._prefetch(top, region, set())
 
     def _prefetch(self, src: Any, region: Region | None, seen: set[tuple[int, Any]]) -> None:
@@ -95,7 +97,7 @@ class Evaluation:
         if not any(_contains(r, region) for r, _ in held):
             block = f.view(region) if isinstance(f, PagedFile) else None
             if block is None:
-                block = f.read(region, _buffer(region, f.dtype))
+                block = f.read(region, self._free.take(region, f.dtype))
             held.append((region, block))
 
     def holds_buffers(self) -> bool:
@@ -109,7 +111,7 @@ class Evaluation:
                 if is_view(b):
                     release(b)  # its mapped pages leave the resident set
                 else:
-                    _give_back(b)
+                    self._free.give(b)
         self.leaves.clear()
         self.small_reads.clear()
 
@@ -169,29 +171,42 @@ def _contains(outer: Region, inner: Region) -> bool:
     return all(o.start <= i.start and i.stop <= o.stop for o, i in zip(outer, inner))
 
 
+class _Free:
+    """The buffers a thread's reads gave back, reused by its next reads (fresh large
+    buffers cost page faults). A tile still running on a device when its pass
+    returns is released by another thread (`_running_tails`): its buffers come back
+    here all the same, so the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._blocks: list[np.ndarray] = []
+
+    def take(self, region: Region, dtype: np.dtype) -> np.ndarray:
+        """A C-contiguous buffer for a stored input's block, one given back where one
+        of the shape is free, aligned so that a loss's pass computes on it in place
+        (`_aligned`)."""
+        shape = tuple(s.stop - s.start for s in region)
+        with self._lock:
+            for k, b in enumerate(self._blocks):
+                if b.shape == shape and b.dtype == dtype:
+                    return self._blocks.pop(k)
+        return _aligned.empty(shape, dtype)
+
+    def give(self, b: np.ndarray) -> None:
+        # (JAX computes on an aligned buffer in place, without a copy: a block given
+        # back is written by the next read, so nothing may hold a JAX array of it
+        # past the tile's `Evaluation.release`, as none does: its programs have run)
+        with self._lock:
+            self._blocks.append(b)
+            del self._blocks[:-4]  # the blocks of the last read or two
+
+
 _pool = threading.local()
 
 
-def _buffer(region: Region, dtype: np.dtype) -> np.ndarray:
-    """A C-contiguous buffer for a stored input's block, reused from this thread's
-    last reads where one of the shape is free (fresh large buffers cost page faults),
-    aligned so that a loss's pass computes on it in place (`_aligned`)."""
-    shape = tuple(s.stop - s.start for s in region)
+def _free() -> _Free:
+    """This thread's buffers given back."""
     free = getattr(_pool, "free", None)
     if free is None:
-        free = _pool.free = []
-    for k, b in enumerate(free):
-        if b.shape == shape and b.dtype == dtype:
-            return free.pop(k)
-    return _aligned.empty(shape, dtype)
-
-
-def _give_back(b: np.ndarray) -> None:
-    # (JAX computes on an aligned buffer in place, without a copy: a block given back
-    # is written by the next read, so nothing may hold a JAX array of it past the
-    # tile's `Evaluation.release`, as none does: a pass's programs have run by then)
-    free = getattr(_pool, "free", None)
-    if free is None:
-        free = _pool.free = []
-    free.append(b)
-    del free[:-4]  # the blocks of the last read or two
+        free = _pool.free = _Free()
+    return free
