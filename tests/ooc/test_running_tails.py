@@ -81,6 +81,21 @@ def test_an_eager_step_returns_before_its_last_tiles_ran(name, events):
     np.testing.assert_allclose(total, A.sum(dtype=np.float64), rtol=1e-5)
 
 
+def test_a_pass_of_one_tile_returns_before_it_ran(events):
+    """Small data, read in one tile: none was folded before the pass's end, and the
+    step still returns before that tile's programs ran."""
+    got, later = events
+    A, y, _ = _data(18)
+    A, y = A[:64], y[:64]
+    want = jax.value_and_grad(_least_squares(jnp, jnp.asarray(A), jnp.asarray(y)))(_params())
+    with ooc.MemoryBudget(BUDGET, device=TEST_DEVICE):
+        X, Y = ooc.DiskArray.from_numpy(A), ooc.DiskArray.from_numpy(y)
+        got.clear()
+        out = jax.value_and_grad(_least_squares(ooc, X, Y))(_params())
+        assert got.count("launch") >= 1 and got.count("settle") == 0 and len(later) == 1
+    _close(out, want)
+
+
 @pytest.mark.parametrize("how", ["set item", "renamed over"])
 def test_a_write_into_the_data_waits_for_the_tiles_still_reading_it(how, events, tmp_path):
     """A write in place (``X[:10] = 0``), or a new array written under the data's

@@ -94,14 +94,19 @@ class DeviceSums:
     @property
     def adds_up(self) -> bool:
         """Whether the loss is added up on the device (`total`)."""
-        return self._acc is not None and self._value is not None
+        return self._acc is not None
+
+    @property
+    def folded(self) -> bool:
+        """Whether any tile was folded."""
+        return bool(self._shares)
 
     def total(self, divisor: int | None) -> tuple[jax.Array, list[tuple[Any, list[Any]]]]:
         """The loss left on the device, not waited for: the tiles' shares added there
         in the order they came, in ``acc``, then divided by ``divisor`` (a mean's
         count; None: a sum's, nothing); and each group's uses with its gradients'
-        sums (only where it `adds_up`)."""
-        assert self._acc is not None
+        sums (only where it `adds_up`, once a tile was `folded`)."""
+        assert self._acc is not None and self._value is not None
         value, groups = self._value, list(self._groups.values())
         if divisor is not None:
             with jax.enable_x64(self._acc.itemsize == 8):

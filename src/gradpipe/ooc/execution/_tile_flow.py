@@ -150,6 +150,8 @@ class Flow:
         left = [*self.folding, *(running for _, running in self.queue)]
         if self.sums is None or not self.sums.adds_up or not hasattr(op, "divisor"):
             return None
+        if not left and not self.sums.folded:  # (a pass of no tile)
+            return None
         if not all(_folds_there(work, tile) for running in left for tile, work in running):
             return None
         for running in left:  # (folded there: nothing waited for)
