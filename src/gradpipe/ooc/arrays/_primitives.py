@@ -238,13 +238,10 @@ class OocPrim(_Refusals, PrimBase):
         prim = OocBackwardPrim(
             self.op, self.budget, self.in_avals, self.consts, in_type(g), wants, token
         )
-        if token is not None and self.op.one_pass_kind == "sum" and not _staged(out):
-            # a loss's sum or mean: its backward never reads its value, which the
-            # device may still be computing (`execution._running_tails`): not waited
-            # for. (Staged, the value orders the backward's callback after the
-            # loss's pass: without it XLA may run the backward first, and jax 0.12
-            # does, which then finds no gradient recorded and reads the data again.)
-            out = np.zeros((), self.out_aval.dtype)
+        if token is not None and self.op.one_pass_kind == "sum":
+            # a loss's sum or mean: its backward never reads its value (the device may
+            # still compute it); a traced one orders the backward after the loss's pass
+            out = out if isinstance(out, jax.core.Tracer) else np.zeros((), out.dtype)
         grads = prim(*args, out, g)
         return tuple(
             gr if w else _zero_like(t, z) for gr, w, t, z in zip(grads, wants, self.in_avals, zeros)
@@ -401,8 +398,3 @@ def bind(op: Any, budget: MemoryBudget, *args: Any) -> Any:
         backward_of=current_backward_of(),
     )
     return prim(*dynamic)
-
-
-def _staged(x: Any) -> bool:
-    """Whether ``x`` is a value of a program being traced (not computed yet)."""
-    return isinstance(x, jax.core.Tracer)
